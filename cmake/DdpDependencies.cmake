@@ -1,0 +1,20 @@
+# Third-party packages, all from Debian (scripts/install-deps installs them).
+find_package(Torch REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(fmt REQUIRED)
+find_package(Gloo REQUIRED)
+find_package(ZLIB REQUIRED)
+find_package(Eigen3 REQUIRED NO_MODULE)
+find_package(cxxopts REQUIRED)
+find_package(Threads REQUIRED)
+if(DDP_WITH_FABRIC)
+  find_package(PkgConfig REQUIRED)
+  pkg_check_modules(LIBFABRIC REQUIRED IMPORTED_TARGET libfabric)
+endif()
+
+# Torch's config exposes a plain `torch` target; its include dirs are in TORCH_INCLUDE_DIRS.
+if(NOT TARGET ddp_torch_deps)
+  add_library(ddp_torch_deps INTERFACE)
+  target_link_libraries(ddp_torch_deps INTERFACE ${TORCH_LIBRARIES})
+  target_include_directories(ddp_torch_deps SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+endif()

@@ -1,0 +1,11 @@
+# ddp_set_warnings(target): the project's warning flags and optional sanitizers.
+function(ddp_set_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  if(DDP_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+  if(DDP_SANITIZE)
+    target_compile_options(${target} PRIVATE -fsanitize=${DDP_SANITIZE} -fno-omit-frame-pointer)
+    target_link_options(${target} PRIVATE -fsanitize=${DDP_SANITIZE})
+  endif()
+endfunction()

@@ -1,0 +1,79 @@
+#pragma once
+// The collective-communication interface every backend implements (Gloo over TCP, libfabric).
+// Blocking calls and *_async calls that return a Work handle. Operations run in the order they
+// are issued on each rank, and every rank must issue the same sequence with matching sizes.
+// Failures (dead peer, mismatched sizes, timeout) throw CommError naming the op and the peer.
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "ddp/comm/types.h"
+#include "ddp/comm/work.h"
+
+namespace ddp {
+
+namespace detail {
+class OpQueue;
+}
+
+struct CommOptions {
+  // Bound on every collective; a peer that does not take part within it fails the op.
+  std::chrono::milliseconds timeout = std::chrono::minutes(30);
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
+  virtual const char* backend_name() const = 0;
+
+  // In place: every rank ends with the reduction of all ranks' buffers.
+  void allreduce(Buffer buffer, ReduceOp op = ReduceOp::kSum);
+  // Every rank ends with the root's buffer.
+  void broadcast(Buffer buffer, int root);
+  // output.count == size() * input.count; rank r's input lands at output[r * input.count].
+  void allgather(Buffer input, Buffer output);
+  // input.count == size() * output.count; rank r gets the reduction of block r.
+  void reduce_scatter(Buffer input, Buffer output, ReduceOp op = ReduceOp::kSum);
+  void barrier();
+
+  Work allreduce_async(Buffer buffer, ReduceOp op = ReduceOp::kSum);
+  Work broadcast_async(Buffer buffer, int root);
+  Work allgather_async(Buffer input, Buffer output);
+  Work reduce_scatter_async(Buffer input, Buffer output, ReduceOp op = ReduceOp::kSum);
+  Work barrier_async();
+
+ protected:
+  Communicator(int rank, int size, CommOptions options);
+
+  // Backends implement the blocking algorithms; this base class validates arguments, orders
+  // the calls and runs async ones on one communication thread (inline when it is idle).
+  virtual void do_allreduce(Buffer buffer, ReduceOp op) = 0;
+  virtual void do_broadcast(Buffer buffer, int root) = 0;
+  virtual void do_allgather(Buffer input, Buffer output) = 0;
+  virtual void do_reduce_scatter(Buffer input, Buffer output, ReduceOp op) = 0;
+  virtual void do_barrier() = 0;
+
+  const CommOptions& options() const { return options_; }
+
+  // Backends must call this at the start of their destructor, so that no queued op runs
+  // against a half-destroyed backend.
+  void shutdown();
+
+ private:
+  void validate_broadcast(const Buffer& buffer, int root) const;
+  void validate_allgather(const Buffer& input, const Buffer& output) const;
+  void validate_reduce_scatter(const Buffer& input, const Buffer& output) const;
+
+  int rank_;
+  int size_;
+  CommOptions options_;
+  std::unique_ptr<detail::OpQueue> queue_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,22 @@
+#pragma once
+// Typed, validated reads of environment variables. Malformed values throw ConfigError naming the
+// variable, the value found and what was expected, so a wrong pod spec fails in one clear line.
+#include <optional>
+#include <string>
+
+namespace ddp::env {
+
+// The value, or nullopt when the variable is unset or empty.
+std::optional<std::string> get(const char* name);
+
+// Parses a decimal integer in [min_value, max_value]; nullopt when unset.
+std::optional<long> get_int(const char* name, long min_value, long max_value);
+
+// Parses 1/0, true/false, yes/no, on/off (any case); nullopt when unset.
+std::optional<bool> get_bool(const char* name);
+
+// The same parsers, for values that come from somewhere else (a flag), named by `what`.
+long parse_int(const std::string& what, const std::string& text, long min_value, long max_value);
+bool parse_bool(const std::string& what, const std::string& text);
+
+}  // namespace ddp::env
