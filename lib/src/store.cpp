@@ -55,9 +55,8 @@ std::shared_ptr<Store> Store::host(int port, std::chrono::milliseconds timeout) 
   opts.multiTenant = true;
   auto impl = std::make_shared<Impl>();
   impl->host = "127.0.0.1";
-  impl->tcp = translate("hosting on port " + std::to_string(port), [&] {
-    return c10::make_intrusive<c10d::TCPStore>(impl->host, opts);
-  });
+  impl->tcp = translate("hosting on port " + std::to_string(port),
+                        [&] { return c10::make_intrusive<c10d::TCPStore>(impl->host, opts); });
   return std::shared_ptr<Store>(new Store(std::move(impl), ""));
 }
 
