@@ -61,6 +61,9 @@ std::vector<RankOutcome> run_with_communicators(
     TestStoreServer& server, const std::string& backend, int world_size, const CommOptions& options,
     std::chrono::milliseconds deadline, const std::function<void(Communicator& comm)>& body);
 
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then released).
+int free_tcp_port();
+
 // Throws (failing the rank) with a message when `condition` is false.
 void require(bool condition, const std::string& message);
 
