@@ -1,5 +1,6 @@
 #include "failure_report.h"
 
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -10,6 +11,19 @@
 namespace ddprun {
 
 using nlohmann::json;
+
+namespace {
+
+std::string utc_time(long long seconds) {
+  const std::time_t t = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char text[32] = {};
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+}  // namespace
 
 std::string FailureReport::to_json() const {
   json j = {{"kind", kind},
@@ -71,7 +85,7 @@ std::string FailureReport::headline() const {
 std::string FailureReport::summary() const {
   std::ostringstream out;
   out << "root cause (first failure): " << headline() << "\n";
-  if (pid != 0) out << "  pid " << pid << ", at " << timestamp << " (unix time)\n";
+  if (pid != 0) out << "  pid " << pid << ", at " << utc_time(timestamp) << "\n";
   if (kind == "worker" && !message.empty()) out << "  error: " << message << "\n";
   if (!stderr_tail.empty()) {
     out << "  last " << stderr_tail.size() << " line" << (stderr_tail.size() == 1 ? "" : "s")

@@ -362,11 +362,15 @@ LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
       } else {
         c.store_source = "default";
       }
+      std::string port_source = "default";
       if (auto port = pick(cli, env, "master-port")) {
         c.store_port = to_int(*port, 1, 65535);
+        port_source = port->source;
       } else if (pod.master_port) {
         c.store_port = pod.master_port->value;
+        port_source = pod.master_port->source;
       }
+      if (port_source != c.store_source) c.store_source += ", port from " + port_source;
     }
   }
 

@@ -27,6 +27,7 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 using std::chrono::milliseconds;
 
+constexpr auto kFirstProgress = std::chrono::seconds(2);
 constexpr auto kProgressEvery = std::chrono::seconds(10);
 constexpr auto kReleaseWait = std::chrono::seconds(30);
 
@@ -164,7 +165,7 @@ Rendezvous::~Rendezvous() = default;
 
 void Rendezvous::connect_with_retry(Clock::time_point deadline) {
   const auto start = Clock::now();
-  auto next_report = start + kProgressEvery;
+  auto next_report = start + kFirstProgress;
   auto backoff = milliseconds(50);
   std::string why;
   for (;;) {
@@ -248,7 +249,7 @@ NodeAssignment Rendezvous::try_join(int round, Clock::time_point deadline, bool&
     store_->compare_set(key(round, "closed"), "", std::to_string(index));
 
   auto backoff = milliseconds(1);
-  auto next_report = start + kProgressEvery;
+  auto next_report = start + kFirstProgress;
   std::optional<Clock::time_point> min_reached;
   while (!store_->check({key(round, "closed")})) {
     poll_interrupt_();

@@ -206,9 +206,14 @@ RoundOutcome Supervisor::run(const NodeAssignment& node) {
         r.message = file->first;
         r.worker_error_json = file->second.substr(0, 256 * 1024);
       }
-      ddp::log::error("{}; stopping this node's workers", r.headline());
       outcome.kind = RoundOutcome::Kind::kFailed;
       outcome.root_cause = publish(r);
+      if (outcome.root_cause->to_json() == r.to_json()) {
+        ddp::log::error("{}; stopping this node's workers", r.headline());
+      } else {
+        ddp::log::error("{}, after the group failed: {}; stopping this node's workers",
+                        r.headline(), outcome.root_cause->headline());
+      }
       stop_all(SIGTERM);
     }
     reap_orphans(pids);
