@@ -63,6 +63,12 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
 
   bool temporary_logs = false;
   const std::string log_root = make_log_root(config, temporary_logs);
+  bool writes_log_files = false;
+  for (int lr = 0; lr < config.nproc_per_node; ++lr) {
+    writes_log_files =
+        writes_log_files || (config.redirects.for_rank(lr) | config.tee.for_rank(lr));
+  }
+  if (temporary_logs && writes_log_files) ddp::log::info("worker logs go to {}", log_root);
   auto agent_error_file = env.find("TORCHELASTIC_ERROR_FILE");
   const std::string error_file =
       agent_error_file != env.end() ? agent_error_file->second : log_root + "/error.json";
@@ -88,7 +94,7 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
         } else {
           ddp::log::info("all {} workers of {} nodes finished", node.world_size,
                          node.group_world_size);
-          if (temporary_logs) std::filesystem::remove_all(log_root);
+          if (temporary_logs && !writes_log_files) std::filesystem::remove_all(log_root);
           return ddp::exit_code::kSuccess;
         }
       }

@@ -112,6 +112,19 @@ TEST(DdprunProcess, C10dRendezvousAssignsNodesByJoinOrder) {
   EXPECT_EQ(count_of(both, "TORCHELASTIC_RUN_ID=j"), 2) << both;
 }
 
+TEST(DdprunProcess, ElasticRangeStartsWithTheMinimumAfterTheLastCall) {
+  const int port = free_port();
+  ChildProcess run(
+      cmd({"--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+           "127.0.0.1:" + std::to_string(port), "--rdzv-conf", "last_call_timeout=0.5"},
+          {kWorker}),
+      {});
+  ASSERT_EQ(run.wait(seconds(60)), 0) << run.output();
+  EXPECT_NE(run.output().find("round 0: node 0 of 1, ranks 0..1 of 2"), std::string::npos)
+      << run.output();
+  EXPECT_EQ(count_of(run.output(), "sum=3 ok"), 2) << run.output();
+}
+
 TEST(DdprunProcess, SigkilledWorkerStopsEveryNodeWithTheSignalCode) {
   const int port = free_port();
   const std::vector<std::string> worker = {kWorker, "--iterations", "100000", "--interval-ms",
