@@ -85,6 +85,13 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       if (interval_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
     }
+    // Leave together: a rank that exits while a peer still reads its last collective's
+    // messages can make that peer's read fail (the socket closes under it).
+    const std::string leaving = "worker_exit/" + std::to_string(group.env.restart_count);
+    group.store->add(leaving, 1);
+    while (group.store->add(leaving, 0) < world) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     std::printf("rank=%d sum=%g ok attempt=%d\n", rank, expected, group.env.restart_count);
     return 0;
   } catch (const std::exception& e) {
