@@ -245,6 +245,32 @@ TEST(LaunchConfig, BadSupervisionAndOutputValuesNameTheFlag) {
   EXPECT_EQ(resolve({"--start-method", "fork", "--run-path", "a"}).notices.size(), 2u);
 }
 
+TEST(LaunchConfig, EveryBadEnvironmentValueNamesItsVariable) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"PET_NNODES", "many"},
+      {"PET_NNODES", "3:1"},
+      {"PET_NODE_RANK", "1.5"},
+      {"PET_MASTER_PORT", "http"},
+      {"PET_RDZV_BACKEND", "etcd"},
+      {"PET_RDZV_ENDPOINT", ":1"},
+      {"PET_RDZV_CONF", "read_timeout=-1"},
+      {"PET_MAX_RESTARTS", "x"},
+      {"PET_MONITOR_INTERVAL", "-1"},
+      {"PET_SHUTDOWN_TIMEOUT", "later"},
+      {"PET_REDIRECTS", "7"},
+      {"PET_TEE", "a:b"},
+      {"PET_LOCAL_RANKS_FILTER", "z"},
+      {"PET_SIGNALS_TO_HANDLE", "SIGFOO"},
+      {"PET_START_METHOD", "threads"},
+      {"PET_NO_PYTHON", "perhaps"},
+      {"DDP_NNODES", "abc"},
+      {"MASTER_PORT", "99999"}};
+  for (const auto& [name, value] : bad) {
+    const std::string msg = error_of({"a"}, {{name, value}});
+    EXPECT_NE(msg.find(name), std::string::npos) << name << "=" << value << ": " << msg;
+  }
+}
+
 TEST(Kubernetes, IndexedJobDerivesRankAndMasterFromThePodNames) {
   auto c =
       resolve({"--nproc-per-node", "2", "a"}, {{"JOB_COMPLETION_INDEX", "2"}, {"DDP_NNODES", "3"}},
@@ -331,6 +357,10 @@ TEST(Kubernetes, JobSetDerivesMasterAndRankAcrossJobs) {
                                               {"JOB_COMPLETION_INDEX", "0"}})
                 .find("multiple"),
             std::string::npos);
+  EXPECT_NE(error_of({"--nnodes", "2", "a"},
+                     {{"JOBSET_NAME", "js"}, {"REPLICATED_JOB_NAME", "w"}, {"JOB_INDEX", "first"}})
+                .find("JOB_INDEX"),
+            std::string::npos);
   EXPECT_NE(error_of({"--nnodes", "2", "a"}, {{"JOBSET_NAME", "js"}}).find("REPLICATED_JOB_NAME"),
             std::string::npos);
   EXPECT_NE(error_of({"a"}, {{"JOBSET_NAME", "js"}, {"REPLICATED_JOB_NAME", "w"}})
@@ -354,6 +384,13 @@ TEST(Kubernetes, PyTorchJobRankIsTheNodeRank) {
   env["RANK"] = "x";
   EXPECT_NE(error_of({"a"}, env).find("RANK"), std::string::npos);
   env["RANK"] = "0";
+  env["WORLD_SIZE"] = "0";
+  EXPECT_NE(error_of({"a"}, env).find("WORLD_SIZE"), std::string::npos);
+  env["WORLD_SIZE"] = "3";
+  EXPECT_NE(
+      error_of({"--nnodes", "2", "a"}, {{"MASTER_ADDR", "m"}, {"RANK", "2"}, {"WORLD_SIZE", "3"}})
+          .find("node rank 2 (from RANK)"),
+      std::string::npos);
   env["MASTER_PORT"] = "0x10";
   EXPECT_NE(error_of({"a"}, env).find("MASTER_PORT"), std::string::npos);
 }
