@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -234,6 +235,39 @@ TEST(DdprunProcess, WorkersDieWithASigkilledAgent) {
   run.signal(SIGKILL);
   EXPECT_EQ(run.wait(seconds(10)), 128 + SIGKILL);
   EXPECT_TRUE(wait_all_dead(pids, seconds(10)));
+}
+
+TEST(DdprunProcess, RunsAsPidOneOfAContainer) {
+  // A container's entrypoint is PID 1 of its PID namespace: the kernel drops signals that
+  // PID 1 has no handler for, and every orphan of the container becomes its child.
+  if (std::system("unshare --pid --fork --mount-proc true >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "cannot create a PID namespace here (needs root and unshare)";
+  }
+  const std::vector<std::string> pid1 = {"/usr/bin/unshare", "--pid", "--fork", "--mount-proc"};
+  auto ok_cmd = pid1;
+  for (const auto& a : cmd({"--standalone", "--nproc-per-node", "2"}, {kWorker})) {
+    ok_cmd.push_back(a);
+  }
+  ChildProcess ok(ok_cmd, {});
+  ASSERT_EQ(ok.wait(seconds(60)), 0) << ok.output();
+  EXPECT_EQ(count_of(ok.output(), "sum=3 ok"), 2) << ok.output();
+
+  // Stopping the container: ddprun (PID 1 inside, unshare's child outside) gets SIGTERM.
+  auto term_cmd = pid1;
+  for (const auto& a : cmd({"--standalone", "--nproc-per-node", "2", "--shutdown-timeout", "5"},
+                           {kWorker, "--iterations", "100000", "--interval-ms", "20"})) {
+    term_cmd.push_back(a);
+  }
+  ChildProcess term(term_cmd, {});
+  ASSERT_TRUE(term.wait_for_output("first_allreduce", seconds(60))) << term.output();
+  std::ifstream children("/proc/" + std::to_string(term.pid()) + "/task/" +
+                         std::to_string(term.pid()) + "/children");
+  pid_t ddprun_pid = 0;
+  ASSERT_TRUE(children >> ddprun_pid) << "cannot find unshare's child";
+  ASSERT_EQ(kill(ddprun_pid, SIGTERM), 0);
+  EXPECT_EQ(term.wait(seconds(30)), 128 + SIGTERM) << term.output();
+  EXPECT_NE(term.output().find("received SIGTERM: forwarding it to the workers"), std::string::npos)
+      << term.output();
 }
 
 TEST(DdprunProcess, ConfigErrorsAndRendezvousTimeoutsHaveTheirExitCodes) {
