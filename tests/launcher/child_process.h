@@ -36,8 +36,6 @@ class ChildProcess {
   std::string output_path_;
 };
 
-// A TCP port that was free a moment ago.
-int free_port();
 // Alive means it exists and is not a zombie.
 bool process_alive(pid_t pid);
 // Every "pid=N" printed by the test worker or shell workers in `output`.

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "child_process.h"
+#include "multiprocess.h"
 
 namespace ddprun::testing {
 namespace {
@@ -73,7 +74,7 @@ TEST(DdprunProcess, StandaloneRunsTwoRanksWithTorchrunEnvironment) {
 }
 
 TEST(DdprunProcess, TwoAgentsOnLoopbackFormOneGroup) {
-  const int port = free_port();
+  const int port = ddp::testing::free_tcp_port();
   ChildProcess node1(cmd(node_flags(1, port), {kWorker, "--print-env"}), {});
   ChildProcess node0(cmd(node_flags(0, port), {kWorker, "--print-env"}), {});
   ASSERT_EQ(node0.wait(seconds(90)), 0) << node0.output();
@@ -97,7 +98,7 @@ TEST(DdprunProcess, TwoAgentsOnLoopbackFormOneGroup) {
 }
 
 TEST(DdprunProcess, C10dRendezvousAssignsNodesByJoinOrder) {
-  const int port = free_port();
+  const int port = ddp::testing::free_tcp_port();
   const std::vector<std::string> flags = {
       "--nnodes",       "2",    "--nproc-per-node", "1",
       "--rdzv-backend", "c10d", "--rdzv-endpoint",  "127.0.0.1:" + std::to_string(port),
@@ -114,7 +115,7 @@ TEST(DdprunProcess, C10dRendezvousAssignsNodesByJoinOrder) {
 }
 
 TEST(DdprunProcess, ElasticRangeStartsWithTheMinimumAfterTheLastCall) {
-  const int port = free_port();
+  const int port = ddp::testing::free_tcp_port();
   ChildProcess run(
       cmd({"--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
            "127.0.0.1:" + std::to_string(port), "--rdzv-conf", "last_call_timeout=0.5"},
@@ -127,7 +128,7 @@ TEST(DdprunProcess, ElasticRangeStartsWithTheMinimumAfterTheLastCall) {
 }
 
 TEST(DdprunProcess, SigkilledWorkerStopsEveryNodeWithTheSignalCode) {
-  const int port = free_port();
+  const int port = ddp::testing::free_tcp_port();
   const std::vector<std::string> worker = {kWorker, "--iterations", "100000", "--interval-ms",
                                            "20"};
   ChildProcess node0(cmd(node_flags(0, port), worker), {});
@@ -156,7 +157,7 @@ TEST(DdprunProcess, SigkilledWorkerStopsEveryNodeWithTheSignalCode) {
 }
 
 TEST(DdprunProcess, WorkerExitCodeReachesEveryNodeAndTheErrorFile) {
-  const int port = free_port();
+  const int port = ddp::testing::free_tcp_port();
   TempDir dir;
   const std::vector<std::string> worker = {kWorker, "--iterations", "100000", "--interval-ms",
                                            "20",    "--fail-rank",  "1",      "--exit-code",
@@ -181,7 +182,7 @@ TEST(DdprunProcess, WorkerExitCodeReachesEveryNodeAndTheErrorFile) {
 }
 
 TEST(DdprunProcess, MaxRestartsRestartsAllNodesTogether) {
-  const int port = free_port();
+  const int port = ddp::testing::free_tcp_port();
   const std::vector<std::string> worker = {kWorker, "--iterations", "3", "--fail-rank",
                                            "2",     "--exit-code",  "7", "--first-attempt-only"};
   auto flags0 = node_flags(0, port);
@@ -279,7 +280,7 @@ TEST(DdprunProcess, ConfigErrorsAndRendezvousTimeoutsHaveTheirExitCodes) {
   EXPECT_EQ(missing.wait(seconds(20)), 64) << missing.output();
   EXPECT_NE(missing.output().find("/nonexistent/trainer"), std::string::npos);
 
-  const int port = free_port();
+  const int port = ddp::testing::free_tcp_port();
   ChildProcess alone(cmd({"--nnodes", "2", "--node-rank", "0", "--master-port",
                           std::to_string(port), "--rdzv-conf", "join_timeout=1"},
                          {kWorker}),

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "child_process.h"
+#include "multiprocess.h"
 
 namespace ddprun::testing {
 namespace {
@@ -16,7 +17,7 @@ TEST(DdprunPython, GlooAllreduceAcrossTwoNodesOfTwoWorkers) {
     GTEST_SKIP() << "/usr/bin/python3 cannot import torch.distributed; install python3-torch "
                     "(scripts/install-deps) to run this test";
   }
-  const int port = free_port();
+  const int port = ddp::testing::free_tcp_port();
   const std::string script = std::string(TEST_SOURCE_DIR) + "/gloo_allreduce.py";
   const std::map<std::string, std::string> env = {{"PYTHON_EXEC", "/usr/bin/python3"},
                                                   {"GLOO_SOCKET_IFNAME", "lo"}};
