@@ -332,11 +332,37 @@ std::optional<FailureReport> Rendezvous::failure(int round) {
 
 FailureReport Rendezvous::publish_failure(int round, const FailureReport& report) {
   const std::string mine = report.to_json();
-  const std::string stored = store_->compare_set(key(round, "failure"), "", mine);
-  return stored == mine ? report : FailureReport::from_json(stored);
+  std::string stored = store_->compare_set(key(round, "failure"), "", mine);
+  if (stored == mine) return report;
+  FailureReport existing = FailureReport::from_json(stored);
+  if (existing.is_consequence() && !report.is_consequence()) {
+    stored = store_->compare_set(key(round, "failure"), stored, mine);
+    if (stored == mine) return report;
+    existing = FailureReport::from_json(stored);
+  }
+  return existing;
 }
 
-void Rendezvous::acknowledge_stop(int round) { store_->add(key(round, "stopped"), 1); }
+void Rendezvous::revise_failure(int round, const FailureReport& before,
+                                const FailureReport& after) {
+  store_->compare_set(key(round, "failure"), before.to_json(), after.to_json());
+}
+
+FailureReport Rendezvous::settle_failure(int round, int nodes, const FailureReport& fallback) {
+  try {
+    store_->add(key(round, "stopped"), 1);
+    const auto deadline = Clock::now() + config_.shutdown_timeout + std::chrono::seconds(5);
+    while (store_->add(key(round, "stopped"), 0) < nodes && Clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    auto settled = failure(round);
+    store_->add(key(round, "settled"), 1);
+    return settled ? *settled : fallback;
+  } catch (const ddp::StoreError& e) {
+    ddp::log::warn("could not agree on the root cause with the other nodes: {}", e.what());
+    return fallback;
+  }
+}
 
 void Rendezvous::advance(int round) {
   store_->compare_set("round", std::to_string(round), std::to_string(round + 1));
@@ -369,11 +395,11 @@ std::optional<FailureReport> Rendezvous::finish(int round, int nodes) {
   return std::nullopt;
 }
 
-void Rendezvous::linger_until_stopped(int round, int nodes) {
+void Rendezvous::linger_until_settled(int round, int nodes) {
   if (!hosts_store_) return;
-  const auto deadline = Clock::now() + config_.shutdown_timeout + std::chrono::seconds(10);
-  while (store_->add(key(round, "stopped"), 0) < nodes && Clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(20));
+  const auto deadline = Clock::now() + kReleaseWait;
+  while (store_->add(key(round, "settled"), 0) < nodes && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
   }
 }
 

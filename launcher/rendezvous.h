@@ -43,18 +43,23 @@ class Rendezvous {
 
   // The round's published failure, if any (throws ddp::StoreError when the store is gone).
   std::optional<FailureReport> failure(int round);
-  // Publishes `report` unless the round already has a failure; returns the round's root cause.
+  // Publishes `report` as the round's failure unless it already has one (which `report`
+  // replaces if that one is only a consequence); returns the round's root cause so far.
   FailureReport publish_failure(int round, const FailureReport& report);
-  // This node's workers have stopped after the round's failure.
-  void acknowledge_stop(int round);
+  // Replaces the round's failure `before` (this node's own) with `after`, if still current.
+  void revise_failure(int round, const FailureReport& before, const FailureReport& after);
+  // After a failure: tells the others this node's workers have stopped (and published what
+  // they had to say), waits (bounded) until every node has, and returns the round's final root
+  // cause — the same on every node — or `fallback` when the store cannot tell.
+  FailureReport settle_failure(int round, int nodes, const FailureReport& fallback);
   // Moves the job from `round` to the next one (idempotent across agents).
   void advance(int round);
   // Exit barrier after this node's workers all succeeded: waits for the other nodes, up to the
   // exit barrier timeout. Returns the round's failure if one is published meanwhile.
   std::optional<FailureReport> finish(int round, int nodes);
-  // The store's host waits (bounded) until every node has acknowledged the stop, so that none
-  // loses the store before it has read the failure.
-  void linger_until_stopped(int round, int nodes);
+  // Before leaving after a failure, the store's host waits (bounded) until every node has read
+  // the final root cause, so that none loses the store before.
+  void linger_until_settled(int round, int nodes);
 
  private:
   NodeAssignment try_join(int round, std::chrono::steady_clock::time_point deadline, bool& late);

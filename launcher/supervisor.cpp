@@ -97,6 +97,7 @@ RoundOutcome Supervisor::run(const NodeAssignment& node) {
   }
 
   RoundOutcome outcome;
+  std::optional<FailureReport> own_agent_record;  // published when ddprun was signalled
   bool stopping = false;
   bool killed = false;
   Clock::time_point stop_deadline{};
@@ -181,6 +182,7 @@ RoundOutcome Supervisor::run(const NodeAssignment& node) {
       r.exit_code = 128 + s;
       r.message = "the node was asked to stop";
       outcome.root_cause = publish(r);
+      if (outcome.root_cause->to_json() == r.to_json()) own_agent_record = r;
       stop_all(s);
     }
 
@@ -247,6 +249,18 @@ RoundOutcome Supervisor::run(const NodeAssignment& node) {
       if (st.signal == 0 && st.code != 0) {
         outcome.exit_code = st.code;  // the worker's own answer to the signal, e.g. 75
         break;
+      }
+    }
+    if (own_agent_record && outcome.exit_code != own_agent_record->exit_code) {
+      // Every node exits with the root cause's code: make it the workers' answer.
+      FailureReport revised = *own_agent_record;
+      revised.exit_code = outcome.exit_code;
+      revised.message += "; its workers exited with code " + std::to_string(outcome.exit_code);
+      try {
+        rendezvous_.revise_failure(node.round, *own_agent_record, revised);
+        outcome.root_cause = revised;
+      } catch (const ddp::StoreError& e) {
+        ddp::log::warn("could not tell the other nodes the workers' exit code: {}", e.what());
       }
     }
   }

@@ -225,6 +225,25 @@ TEST(DdprunProcess, SigtermIsForwardedThenWorkersAreKilledAfterTheTimeout) {
   EXPECT_TRUE(wait_all_dead(all, seconds(5)));
 }
 
+TEST(DdprunProcess, PreemptedNodeReportsItsWorkersAnswerOnEveryNode) {
+  const int port = ddp::testing::free_tcp_port();
+  const std::vector<std::string> worker = {kSourceDir + "/checkpointing_worker.sh"};
+  ChildProcess node0(cmd(node_flags(0, port, 1), worker), {});
+  ChildProcess node1(cmd(node_flags(1, port, 1), worker), {});
+  ASSERT_TRUE(node0.wait_for_output("ready rank=0", seconds(60))) << node0.output();
+  ASSERT_TRUE(node1.wait_for_output("ready rank=1", seconds(60))) << node1.output();
+  node1.signal(SIGTERM);  // the kubelet stopping node 1's pod
+  EXPECT_EQ(node1.wait(seconds(30)), 75) << node1.output();
+  EXPECT_EQ(node0.wait(seconds(30)), 75) << node0.output();
+  EXPECT_NE(node1.output().find("[rank1]:rank 1 checkpointed"), std::string::npos);
+  EXPECT_NE(node0.output().find("[rank0]:rank 0 checkpointed"), std::string::npos);
+  EXPECT_NE(node0.output().find("root cause (first failure): ddprun on node 1 ("),
+            std::string::npos)
+      << node0.output();
+  EXPECT_NE(node0.output().find("its workers exited with code 75"), std::string::npos)
+      << node0.output();
+}
+
 TEST(DdprunProcess, WorkersDieWithASigkilledAgent) {
   ChildProcess run(cmd({"--standalone", "--nproc-per-node", "2"},
                        {kWorker, "--iterations", "100000", "--interval-ms", "20"}),
