@@ -24,15 +24,6 @@ constexpr std::size_t kStderrTailLines = 20;
 // After the last worker is reaped, how long to keep reading output that is still in the pipes.
 constexpr auto kDrainTime = std::chrono::seconds(2);
 
-struct Worker {
-  int local_rank = 0;
-  int rank = 0;
-  std::string error_file;
-  std::unique_ptr<WorkerProcess> process;
-  std::unique_ptr<WorkerOutput> out;
-  std::unique_ptr<WorkerOutput> err;
-};
-
 // Reads what is available on `fd` into `sink`; closes it and sets it to -1 at end of stream.
 void pump(int& fd, WorkerOutput& sink) {
   char buffer[65536];
@@ -53,26 +44,45 @@ void pump(int& fd, WorkerOutput& sink) {
 
 }  // namespace
 
+struct Supervisor::Worker {
+  int local_rank = 0;
+  int rank = 0;
+  std::string error_file;
+  std::unique_ptr<WorkerProcess> process;
+  std::unique_ptr<WorkerOutput> out;
+  std::unique_ptr<WorkerOutput> err;
+};
+
 Supervisor::Supervisor(const LaunchConfig& config, const EnvMap& agent_env, std::string program,
-                       std::string log_root, SignalInbox& inbox, Rendezvous& rendezvous,
-                       std::string hostname)
+                       std::string log_root, SignalInbox& inbox, std::string hostname)
     : config_(config),
       agent_env_(agent_env),
       program_(std::move(program)),
       log_root_(std::move(log_root)),
       inbox_(inbox),
-      rendezvous_(rendezvous),
       hostname_(std::move(hostname)) {}
+
+Supervisor::~Supervisor() = default;
 
 std::string Supervisor::worker_dir(int round, int local_rank) const {
   return log_root_ + "/attempt_" + std::to_string(round) + "/" + std::to_string(local_rank);
 }
 
-RoundOutcome Supervisor::run(const NodeAssignment& node) {
+bool Supervisor::started_for(const NodeAssignment& node) const {
+  return started_ && started_->round == node.round && started_->group_rank == node.group_rank &&
+         started_->group_world_size == node.group_world_size &&
+         started_->rank_offset == node.rank_offset && started_->world_size == node.world_size;
+}
+
+void Supervisor::discard() {
+  workers_.clear();  // each WorkerProcess kills its group and reaps it
+  started_.reset();
+}
+
+void Supervisor::start(const NodeAssignment& node, const std::string& store_host, int store_port) {
+  discard();
   std::vector<std::string> argv = config_.command;
   argv[0] = program_;
-
-  std::vector<Worker> workers;
   for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
     Worker w;
     w.local_rank = lr;
@@ -90,12 +100,16 @@ RoundOutcome Supervisor::run(const NodeAssignment& node) {
     w.err = std::make_unique<WorkerOutput>(
         w.rank, shown && !(redirected & kStderr) ? STDERR_FILENO : -1,
         to_file & kStderr ? dir + "/stderr.log" : "", kStderrTailLines);
-    const EnvMap env = worker_environment(agent_env_, config_, node, {lr, w.error_file},
-                                          rendezvous_.store_host(), rendezvous_.store_port());
+    const EnvMap env =
+        worker_environment(agent_env_, config_, node, {lr, w.error_file}, store_host, store_port);
     w.process = std::make_unique<WorkerProcess>(argv, env);
-    workers.push_back(std::move(w));
+    workers_.push_back(std::move(w));
   }
+  started_ = node;
+}
 
+RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rendezvous) {
+  std::vector<Worker>& workers = workers_;
   RoundOutcome outcome;
   std::optional<FailureReport> own_agent_record;  // published when ddprun was signalled
   bool stopping = false;
@@ -126,7 +140,7 @@ RoundOutcome Supervisor::run(const NodeAssignment& node) {
   };
   const auto publish = [&](const FailureReport& mine) {
     try {
-      return rendezvous_.publish_failure(node.round, mine);
+      return rendezvous.publish_failure(node.round, mine);
     } catch (const ddp::StoreError& e) {
       ddp::log::warn("could not tell the other nodes about the failure: {}", e.what());
       return mine;
@@ -231,7 +245,7 @@ RoundOutcome Supervisor::run(const NodeAssignment& node) {
       next_monitor = now + config_.monitor_interval;
       if (!stopping && any_running) {
         try {
-          if (auto f = rendezvous_.failure(node.round)) remote_failure(*f);
+          if (auto f = rendezvous.failure(node.round)) remote_failure(*f);
         } catch (const ddp::StoreError& e) {
           outcome.kind = RoundOutcome::Kind::kStoreLost;
           outcome.detail = e.what();
@@ -257,13 +271,14 @@ RoundOutcome Supervisor::run(const NodeAssignment& node) {
       revised.exit_code = outcome.exit_code;
       revised.message += "; its workers exited with code " + std::to_string(outcome.exit_code);
       try {
-        rendezvous_.revise_failure(node.round, *own_agent_record, revised);
+        rendezvous.revise_failure(node.round, *own_agent_record, revised);
         outcome.root_cause = revised;
       } catch (const ddp::StoreError& e) {
         ddp::log::warn("could not tell the other nodes the workers' exit code: {}", e.what());
       }
     }
   }
+  started_.reset();
   return outcome;
 }
 

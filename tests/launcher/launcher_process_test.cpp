@@ -134,6 +134,7 @@ TEST(DdprunProcess, SigkilledWorkerStopsEveryNodeWithTheSignalCode) {
   ChildProcess node0(cmd(node_flags(0, port), worker), {});
   ChildProcess node1(cmd(node_flags(1, port), worker), {});
   ASSERT_TRUE(node1.wait_for_output("worker rank=3 pid=", seconds(90))) << node1.output();
+  ASSERT_TRUE(node1.wait_for_output("worker rank=2 pid=", seconds(30))) << node1.output();
   ASSERT_TRUE(node0.wait_for_output("worker rank=0 pid=", seconds(30))) << node0.output();
   ASSERT_TRUE(node0.wait_for_output("worker rank=1 pid=", seconds(30))) << node0.output();
   const auto pids0 = printed_pids(node0.output());
@@ -316,6 +317,16 @@ TEST(DdprunProcess, ConfigErrorsAndRendezvousTimeoutsHaveTheirExitCodes) {
   EXPECT_NE(orphan.output().find("cannot reach the rendezvous store at no-such-host.invalid"),
             std::string::npos)
       << orphan.output();
+}
+
+TEST(DdprunProcess, MissingRendezvousModuleIsReportedClearly) {
+  TempDir dir;
+  const std::string lone = dir.path + "/ddprun";
+  std::filesystem::copy_file(kDdprun, lone);
+  ChildProcess run({lone, "--standalone", "--nproc-per-node", "2", kWorker}, {});
+  EXPECT_EQ(run.wait(seconds(60)), 1) << run.output();
+  EXPECT_NE(run.output().find("cannot load ddprun's rendezvous module"), std::string::npos)
+      << run.output();
 }
 
 TEST(DdprunProcess, TeeRedirectsAndLocalRanksFilter) {

@@ -1,4 +1,4 @@
-#include "rendezvous.h"
+#include "store_rendezvous.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -126,8 +126,8 @@ struct Member {
 
 }  // namespace
 
-Rendezvous::Rendezvous(const LaunchConfig& config, const HostFacts& host,
-                       std::function<void()> poll_interrupt)
+StoreRendezvous::StoreRendezvous(const LaunchConfig& config, const HostFacts& host,
+                                 std::function<void()> poll_interrupt)
     : config_(config), host_(host), poll_interrupt_(std::move(poll_interrupt)) {
   const auto deadline = Clock::now() + config.rdzv.join_timeout;
   store_host_ = config.store_host;
@@ -161,9 +161,9 @@ Rendezvous::Rendezvous(const LaunchConfig& config, const HostFacts& host,
   if (!store_) connect_with_retry(deadline);
 }
 
-Rendezvous::~Rendezvous() = default;
+StoreRendezvous::~StoreRendezvous() = default;
 
-void Rendezvous::connect_with_retry(Clock::time_point deadline) {
+void StoreRendezvous::connect_with_retry(Clock::time_point deadline) {
   const auto start = Clock::now();
   auto next_report = start + kFirstProgress;
   auto backoff = milliseconds(50);
@@ -201,11 +201,11 @@ void Rendezvous::connect_with_retry(Clock::time_point deadline) {
   }
 }
 
-std::string Rendezvous::key(int round, const std::string& name) const {
+std::string StoreRendezvous::key(int round, const std::string& name) const {
   return "round" + std::to_string(round) + "/" + name;
 }
 
-NodeAssignment Rendezvous::join() {
+NodeAssignment StoreRendezvous::join() {
   const auto deadline = Clock::now() + config_.rdzv.join_timeout;
   // The job's current round: "0" for the first agent ever, later the round in progress.
   int round = std::stoi(store_->compare_set("round", "", "0"));
@@ -237,7 +237,7 @@ NodeAssignment Rendezvous::join() {
   }
 }
 
-NodeAssignment Rendezvous::try_join(int round, Clock::time_point deadline, bool& late) {
+NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, bool& late) {
   const auto start = Clock::now();
   const int index = static_cast<int>(store_->add(key(round, "joined"), 1));
   json me = {{"node_rank", config_.node_rank.value_or(-1)},
@@ -325,12 +325,12 @@ NodeAssignment Rendezvous::try_join(int round, Clock::time_point deadline, bool&
   return node;
 }
 
-std::optional<FailureReport> Rendezvous::failure(int round) {
+std::optional<FailureReport> StoreRendezvous::failure(int round) {
   if (!store_->check({key(round, "failure")})) return std::nullopt;
   return FailureReport::from_json(store_->get(key(round, "failure")));
 }
 
-FailureReport Rendezvous::publish_failure(int round, const FailureReport& report) {
+FailureReport StoreRendezvous::publish_failure(int round, const FailureReport& report) {
   const std::string mine = report.to_json();
   std::string stored = store_->compare_set(key(round, "failure"), "", mine);
   if (stored == mine) return report;
@@ -343,12 +343,12 @@ FailureReport Rendezvous::publish_failure(int round, const FailureReport& report
   return existing;
 }
 
-void Rendezvous::revise_failure(int round, const FailureReport& before,
-                                const FailureReport& after) {
+void StoreRendezvous::revise_failure(int round, const FailureReport& before,
+                                     const FailureReport& after) {
   store_->compare_set(key(round, "failure"), before.to_json(), after.to_json());
 }
 
-FailureReport Rendezvous::settle_failure(int round, int nodes, const FailureReport& fallback) {
+FailureReport StoreRendezvous::settle_failure(int round, int nodes, const FailureReport& fallback) {
   try {
     store_->add(key(round, "stopped"), 1);
     const auto deadline = Clock::now() + config_.shutdown_timeout + std::chrono::seconds(5);
@@ -364,11 +364,11 @@ FailureReport Rendezvous::settle_failure(int round, int nodes, const FailureRepo
   }
 }
 
-void Rendezvous::advance(int round) {
+void StoreRendezvous::advance(int round) {
   store_->compare_set("round", std::to_string(round), std::to_string(round + 1));
 }
 
-std::optional<FailureReport> Rendezvous::finish(int round, int nodes) {
+std::optional<FailureReport> StoreRendezvous::finish(int round, int nodes) {
   store_->add(key(round, "done"), 1);
   const auto deadline = Clock::now() + config_.rdzv.exit_barrier_timeout;
   auto backoff = milliseconds(1);
@@ -395,7 +395,7 @@ std::optional<FailureReport> Rendezvous::finish(int round, int nodes) {
   return std::nullopt;
 }
 
-void Rendezvous::linger_until_settled(int round, int nodes) {
+void StoreRendezvous::linger_until_settled(int round, int nodes) {
   if (!hosts_store_) return;
   const auto deadline = Clock::now() + kReleaseWait;
   while (store_->add(key(round, "settled"), 0) < nodes && Clock::now() < deadline) {
@@ -404,3 +404,9 @@ void Rendezvous::linger_until_settled(int round, int nodes) {
 }
 
 }  // namespace ddprun
+
+extern "C" ddprun::Rendezvous* ddprun_create_rendezvous(const ddprun::LaunchConfig& config,
+                                                        const ddprun::HostFacts& host,
+                                                        std::function<void()> poll_interrupt) {
+  return new ddprun::StoreRendezvous(config, host, std::move(poll_interrupt));
+}
