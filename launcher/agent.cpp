@@ -103,7 +103,7 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
     if (int s = inbox.take_termination()) throw Interrupted{s};
   };
   try {
-    Supervisor supervisor(config, env, program, log_root, inbox, host.hostname);
+    Supervisor supervisor(effective, env, program, log_root, inbox, host.hostname);
     if (start_early) {
       supervisor.start(NodeAssignment{0, 0, 1, 0, config.nproc_per_node}, effective.store_host,
                        effective.store_port);
@@ -156,7 +156,8 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
       rendezvous.advance(node.round);
     }
   } catch (const Interrupted& i) {
-    ddp::log::warn("received {} before the workers started; exiting", signal_name(i.signal));
+    // Outside supervision (joining, exit barrier): any workers are killed as the stack unwinds.
+    ddp::log::warn("received {} while not supervising workers; exiting", signal_name(i.signal));
     return 128 + i.signal;
   }
 }
