@@ -137,21 +137,27 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
                         rendezvous.store_host(), rendezvous.store_port());
         return ddp::exit_code::kRendezvous;
       }
-      const FailureReport root =
-          rendezvous.settle_failure(node.round, node.group_world_size, *outcome.root_cause);
-      print_summary(root, error_file);
-      write_error_file(error_file, root);
+      rendezvous.acknowledge_stop(node.round, outcome.kind == RoundOutcome::Kind::kInterrupted);
       if (outcome.kind == RoundOutcome::Kind::kInterrupted) {
-        rendezvous.linger_until_settled(node.round, node.group_world_size);
+        // This node is going away (its pod is being deleted): report and leave promptly.
+        print_summary(*outcome.root_cause, error_file);
+        write_error_file(error_file, *outcome.root_cause);
+        rendezvous.linger_until_stopped(node.round, node.group_world_size);
         return outcome.exit_code;
       }
       if (node.round >= config.max_restarts) {
+        const FailureReport root =
+            rendezvous.settle_failure(node.round, node.group_world_size, *outcome.root_cause);
+        print_summary(root, error_file);
+        write_error_file(error_file, root);
         if (config.max_restarts > 0) {
           ddp::log::error("no restarts left ({} used)", config.max_restarts);
         }
         rendezvous.linger_until_settled(node.round, node.group_world_size);
         return root.exit_code;
       }
+      print_summary(*outcome.root_cause, error_file);
+      write_error_file(error_file, *outcome.root_cause);
       ddp::log::warn("restarting the group: restart {} of {}", node.round + 1, config.max_restarts);
       rendezvous.advance(node.round);
     }

@@ -39,9 +39,12 @@ class Rendezvous {
   // Replaces the round's failure `before` (this node's own) with `after`, if still current.
   virtual void revise_failure(int round, const FailureReport& before,
                               const FailureReport& after) = 0;
-  // After a failure: tells the others this node's workers have stopped (and published what
-  // they had to say), waits (bounded) until every node has, and returns the round's final root
-  // cause — the same on every node — or `fallback` when the store cannot tell.
+  // After a failure: this node's workers have stopped (and it published what it had to say).
+  // `leaving`: the node exits now without settling (it was signalled).
+  virtual void acknowledge_stop(int round, bool leaving) = 0;
+  // When the job ends with the failure: waits (bounded by the shutdown timeout) until every
+  // node has acknowledged, and returns the round's final root cause — the same on every node —
+  // or `fallback` when the store cannot tell.
   virtual FailureReport settle_failure(int round, int nodes, const FailureReport& fallback) = 0;
   // Moves the job from `round` to the next one (idempotent across agents).
   virtual void advance(int round) = 0;
@@ -49,8 +52,10 @@ class Rendezvous {
   // exit barrier timeout. Returns the round's failure if one is published meanwhile.
   virtual std::optional<FailureReport> finish(int round, int nodes) = 0;
   // Before leaving after a failure, the store's host waits (bounded) until every node has read
-  // the final root cause, so that none loses the store before.
+  // the final root cause (settled) or at least seen the failure (stopped), so that none loses
+  // the store before.
   virtual void linger_until_settled(int round, int nodes) = 0;
+  virtual void linger_until_stopped(int round, int nodes) = 0;
 };
 
 }  // namespace ddprun

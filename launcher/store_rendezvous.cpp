@@ -216,7 +216,6 @@ NodeAssignment StoreRendezvous::join() {
     // The round closed without this node: wait for the group's next round.
     ddp::log::info("round {} is already running without this node; waiting for the next round",
                    round);
-    store_->add(key(round, "waiting"), 1);
     auto backoff = milliseconds(10);
     for (;;) {
       poll_interrupt_();
@@ -348,13 +347,27 @@ void StoreRendezvous::revise_failure(int round, const FailureReport& before,
   store_->compare_set(key(round, "failure"), before.to_json(), after.to_json());
 }
 
-FailureReport StoreRendezvous::settle_failure(int round, int nodes, const FailureReport& fallback) {
+void StoreRendezvous::acknowledge_stop(int round, bool leaving) {
   try {
     store_->add(key(round, "stopped"), 1);
-    const auto deadline = Clock::now() + config_.shutdown_timeout + std::chrono::seconds(5);
-    while (store_->add(key(round, "stopped"), 0) < nodes && Clock::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(5));
-    }
+    // A leaving node will not read the final root cause: the host must not wait for it.
+    if (leaving) store_->add(key(round, "settled"), 1);
+  } catch (const ddp::StoreError& e) {
+    ddp::log::warn("could not tell the other nodes that this node stopped: {}", e.what());
+  }
+}
+
+void StoreRendezvous::wait_for_count(int round, const std::string& name, int target,
+                                     Clock::time_point deadline) {
+  while (store_->add(key(round, name), 0) < target && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+}
+
+FailureReport StoreRendezvous::settle_failure(int round, int nodes, const FailureReport& fallback) {
+  try {
+    wait_for_count(round, "stopped", nodes,
+                   Clock::now() + config_.shutdown_timeout + std::chrono::seconds(5));
     auto settled = failure(round);
     store_->add(key(round, "settled"), 1);
     return settled ? *settled : fallback;
@@ -397,9 +410,18 @@ std::optional<FailureReport> StoreRendezvous::finish(int round, int nodes) {
 
 void StoreRendezvous::linger_until_settled(int round, int nodes) {
   if (!hosts_store_) return;
-  const auto deadline = Clock::now() + kReleaseWait;
-  while (store_->add(key(round, "settled"), 0) < nodes && Clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(5));
+  try {
+    wait_for_count(round, "settled", nodes, Clock::now() + kReleaseWait);
+  } catch (const ddp::StoreError&) {
+  }
+}
+
+void StoreRendezvous::linger_until_stopped(int round, int nodes) {
+  if (!hosts_store_) return;
+  try {
+    wait_for_count(round, "stopped", nodes,
+                   Clock::now() + config_.shutdown_timeout + std::chrono::seconds(5));
+  } catch (const ddp::StoreError&) {
   }
 }
 

@@ -30,15 +30,20 @@ class StoreRendezvous : public Rendezvous {
   std::optional<FailureReport> failure(int round) override;
   FailureReport publish_failure(int round, const FailureReport& report) override;
   void revise_failure(int round, const FailureReport& before, const FailureReport& after) override;
+  void acknowledge_stop(int round, bool leaving) override;
   FailureReport settle_failure(int round, int nodes, const FailureReport& fallback) override;
   void advance(int round) override;
   std::optional<FailureReport> finish(int round, int nodes) override;
   void linger_until_settled(int round, int nodes) override;
+  void linger_until_stopped(int round, int nodes) override;
 
  private:
   NodeAssignment try_join(int round, std::chrono::steady_clock::time_point deadline, bool& late);
   void connect_with_retry(std::chrono::steady_clock::time_point deadline);
   std::string key(int round, const std::string& name) const;
+  // Waits until the round's counter `name` reaches `target` or `deadline` passes.
+  void wait_for_count(int round, const std::string& name, int target,
+                      std::chrono::steady_clock::time_point deadline);
 
   const LaunchConfig& config_;
   const HostFacts& host_;

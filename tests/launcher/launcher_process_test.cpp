@@ -199,6 +199,38 @@ TEST(DdprunProcess, MaxRestartsRestartsAllNodesTogether) {
   EXPECT_EQ(count_of(both, "restarting the group: restart 1 of 1"), 2) << both;
 }
 
+TEST(DdprunProcess, ReplacementNodeJoinsTheRestartedGroup) {
+  // Kubernetes replaces a pod whose agent died: the surviving node restarts the group and the
+  // new agent joins the next round under the same node rank.
+  const int port = ddp::testing::free_tcp_port();
+  const std::vector<std::string> worker = {kWorker, "--iterations", "150", "--interval-ms", "20"};
+  auto flags0 = node_flags(0, port, 1);
+  auto flags1 = node_flags(1, port, 1);
+  for (auto* flags : {&flags0, &flags1}) {
+    flags->insert(flags->end(), {"--max-restarts", "1", "--shutdown-timeout", "2"});
+  }
+  ChildProcess node0(cmd(flags0, worker), {});
+  auto node1 =
+      std::make_unique<ChildProcess>(cmd(flags1, worker), std::map<std::string, std::string>{});
+  ASSERT_TRUE(node1->wait_for_output("first_allreduce", seconds(90))) << node1->output();
+  const auto first_workers = printed_pids(node1->output());
+  node1->signal(SIGKILL);
+  EXPECT_EQ(node1->wait(seconds(10)), 128 + SIGKILL);
+  EXPECT_TRUE(wait_all_dead(first_workers, seconds(10)));
+  ASSERT_TRUE(node0.wait_for_output("restarting the group: restart 1 of 1", seconds(60)))
+      << node0.output();
+
+  ChildProcess replacement(cmd(flags1, worker), {});
+  ASSERT_EQ(node0.wait(seconds(120)), 0) << node0.output();
+  ASSERT_EQ(replacement.wait(seconds(30)), 0) << replacement.output();
+  EXPECT_NE(replacement.output().find("round 1: node 1 of 2"), std::string::npos)
+      << replacement.output();
+  EXPECT_NE(replacement.output().find("[rank1]:rank=1 sum=3 ok attempt=1"), std::string::npos)
+      << replacement.output();
+  EXPECT_NE(node0.output().find("[rank0]:rank=0 sum=3 ok attempt=1"), std::string::npos)
+      << node0.output();
+}
+
 TEST(DdprunProcess, SigtermIsForwardedThenWorkersAreKilledAfterTheTimeout) {
   ChildProcess run(cmd({"--standalone", "--nproc-per-node", "2", "--shutdown-timeout", "1"},
                        {kSourceDir + "/term_trapping_worker.sh"}),
