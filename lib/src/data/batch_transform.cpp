@@ -42,7 +42,8 @@ BatchTransform::BatchTransform(int64_t channels, TransformOptions options)
   lut_.resize(channels * 256);
   for (int64_t c = 0; c < channels; ++c) {
     if (!(std[c] > 0.0f)) throw ConfigError("normalisation std must be positive");
-    for (int v = 0; v < 256; ++v) lut_[c * 256 + v] = (static_cast<float>(v) / 255.0f - mean[c]) / std[c];
+    for (int v = 0; v < 256; ++v)
+      lut_[c * 256 + v] = (static_cast<float>(v) / 255.0f - mean[c]) / std[c];
   }
 }
 
@@ -54,10 +55,11 @@ Batch BatchTransform::operator()(const ImageDataset& data, const int64_t* indice
                       " channels applied to " + std::to_string(C) + "-channel images");
   }
   Batch batch;
-  batch.images = at::empty({count, C, H, W},
-                           at::TensorOptions().dtype(at::kFloat).memory_format(
-                               options_.channels_last ? at::MemoryFormat::ChannelsLast
-                                                      : at::MemoryFormat::Contiguous));
+  batch.images = at::empty(
+      {count, C, H, W}, at::TensorOptions()
+                            .dtype(at::kFloat)
+                            .memory_format(options_.channels_last ? at::MemoryFormat::ChannelsLast
+                                                                  : at::MemoryFormat::Contiguous));
   batch.labels = at::empty({count}, at::kLong);
   float* out = batch.images.data_ptr<float>();
   const int64_t sB = batch.images.stride(0), sC = batch.images.stride(1),

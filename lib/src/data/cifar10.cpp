@@ -27,8 +27,10 @@ std::string find_batch(const std::string& dir, const std::string& name) {
   const std::string base = dir + "/" + name;
   if (is_file(base)) return base;
   if (is_file(base + ".gz")) return base + ".gz";
-  throw DataError(base, "not found; expected the CIFAR-10 binary version (cifar-10-batches-bin: "
-                        "data_batch_1..5.bin, test_batch.bin, batches.meta.txt) in " + dir);
+  throw DataError(base,
+                  "not found; expected the CIFAR-10 binary version (cifar-10-batches-bin: "
+                  "data_batch_1..5.bin, test_batch.bin, batches.meta.txt) in " +
+                      dir);
 }
 
 std::vector<std::string> read_class_names(const std::string& dir) {

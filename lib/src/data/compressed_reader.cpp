@@ -57,8 +57,7 @@ std::size_t CompressedReader::read(void* dst, std::size_t n) {
       int code = 0;
       const char* message = gzerror(as_gz(file_), &code);
       if (code != Z_OK) {
-        throw DataError(path_, "gzip stream ends early after " +
-                                   std::to_string(position_ + done) +
+        throw DataError(path_, "gzip stream ends early after " + std::to_string(position_ + done) +
                                    " decompressed bytes: " + (message ? message : "truncated"));
       }
       break;

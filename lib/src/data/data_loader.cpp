@@ -143,15 +143,16 @@ Batch DataLoader::build(const std::vector<int64_t>& order, int64_t epoch,
   const int64_t first = batch_index * options_.batch_size;
   const int64_t count =
       std::min<int64_t>(options_.batch_size, static_cast<int64_t>(order.size()) - first);
-  const uint64_t seed = mix_seed(options_.seed, static_cast<uint64_t>(epoch),
-                                 static_cast<uint64_t>(sampler_.rank()),
-                                 static_cast<uint64_t>(batch_index));
+  const uint64_t seed =
+      mix_seed(options_.seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(sampler_.rank()),
+               static_cast<uint64_t>(batch_index));
   const auto start = std::chrono::steady_clock::now();
   Batch batch = transform_(dataset_, order.data() + first, count, seed);
   batch.index = batch_index;
-  build_nanoseconds_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::steady_clock::now() - start)
-                            .count();
+  build_nanoseconds_ +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
+  ++built_;
   return batch;
 }
 
@@ -170,6 +171,7 @@ LoaderStats DataLoader::stats() const {
   LoaderStats stats;
   stats.batches = batches_;
   stats.wait_seconds = wait_seconds_;
+  stats.built = built_.load();
   stats.build_seconds = static_cast<double>(build_nanoseconds_.load()) * 1e-9;
   return stats;
 }

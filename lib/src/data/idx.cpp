@@ -27,13 +27,26 @@ struct ElementType {
 
 bool element_type_for(uint8_t code, ElementType* out) {
   switch (code) {
-    case 0x08: *out = {at::kByte, 1, "uint8"}; return true;
-    case 0x09: *out = {at::kChar, 1, "int8"}; return true;
-    case 0x0B: *out = {at::kShort, 2, "int16"}; return true;
-    case 0x0C: *out = {at::kInt, 4, "int32"}; return true;
-    case 0x0D: *out = {at::kFloat, 4, "float32"}; return true;
-    case 0x0E: *out = {at::kDouble, 8, "float64"}; return true;
-    default: return false;
+    case 0x08:
+      *out = {at::kByte, 1, "uint8"};
+      return true;
+    case 0x09:
+      *out = {at::kChar, 1, "int8"};
+      return true;
+    case 0x0B:
+      *out = {at::kShort, 2, "int16"};
+      return true;
+    case 0x0C:
+      *out = {at::kInt, 4, "int32"};
+      return true;
+    case 0x0D:
+      *out = {at::kFloat, 4, "float32"};
+      return true;
+    case 0x0E:
+      *out = {at::kDouble, 8, "float64"};
+      return true;
+    default:
+      return false;
   }
 }
 

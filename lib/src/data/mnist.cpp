@@ -22,9 +22,10 @@ std::string find_idx_file(const std::string& dir, const std::string& stem) {
   if (is_file(base + ".gz")) return base + ".gz";
   throw DataError(base + "[.gz]",
                   "not found; expected the four MNIST-format IDX files (train-/t10k- images and "
-                  "labels) in " + dir +
-                  " (for Fashion-MNIST: apt-get install dataset-fashion-mnist, or pass the "
-                  "directory that holds them)");
+                  "labels) in " +
+                      dir +
+                      " (for Fashion-MNIST: apt-get install dataset-fashion-mnist, or pass the "
+                      "directory that holds them)");
 }
 
 std::string dims_text(const at::Tensor& t) {
@@ -36,8 +37,8 @@ std::string dims_text(const at::Tensor& t) {
 }  // namespace
 
 const std::vector<std::string>& fashion_mnist_class_names() {
-  static const std::vector<std::string> names{"T-shirt/top", "Trouser", "Pullover", "Dress",
-                                              "Coat",        "Sandal",  "Shirt",    "Sneaker",
+  static const std::vector<std::string> names{"T-shirt/top", "Trouser",   "Pullover", "Dress",
+                                              "Coat",        "Sandal",    "Shirt",    "Sneaker",
                                               "Bag",         "Ankle boot"};
   return names;
 }
@@ -56,14 +57,12 @@ ImageDataset load_mnist(const std::string& dir, Split split,
   at::Tensor images = read_idx(images_path);
   if (images.scalar_type() != at::kByte || images.dim() != 3) {
     throw DataError(images_path, std::string("expected uint8 images [N, H, W], found ") +
-                                     c10::toString(images.scalar_type()) + " " +
-                                     dims_text(images));
+                                     c10::toString(images.scalar_type()) + " " + dims_text(images));
   }
   at::Tensor labels = read_idx(labels_path);
   if (labels.scalar_type() != at::kByte || labels.dim() != 1) {
     throw DataError(labels_path, std::string("expected uint8 labels [N], found ") +
-                                     c10::toString(labels.scalar_type()) + " " +
-                                     dims_text(labels));
+                                     c10::toString(labels.scalar_type()) + " " + dims_text(labels));
   }
   if (labels.size(0) != images.size(0)) {
     throw DataError(labels_path, "holds " + std::to_string(labels.size(0)) + " labels but " +

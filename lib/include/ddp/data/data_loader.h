@@ -28,7 +28,8 @@ struct LoaderOptions {
 struct LoaderStats {
   int64_t batches = 0;       // handed out by next()
   double wait_seconds = 0;   // the consumer spent in next(): waiting, or building without prefetch
-  double build_seconds = 0;  // spent building batches, on whichever thread
+  int64_t built = 0;         // batches built so far, on whichever thread
+  double build_seconds = 0;  // spent building them
 };
 
 class DataLoader {
@@ -66,6 +67,7 @@ class DataLoader {
   int64_t next_batch_ = 0;
   double wait_seconds_ = 0;
   mutable std::atomic<int64_t> build_nanoseconds_{0};
+  mutable std::atomic<int64_t> built_{0};
   int64_t batches_ = 0;
   std::unique_ptr<Prefetcher> prefetcher_;
 };
