@@ -22,17 +22,26 @@ class ScopedEnv {
   }
   ~ScopedEnv() {
     for (const auto& [name, value] : saved_) {
-      if (value) setenv(name, value->c_str(), 1);
-      else unsetenv(name);
+      if (value)
+        setenv(name, value->c_str(), 1);
+      else
+        unsetenv(name);
     }
   }
   void set(const char* name, const char* value) { setenv(name, value, 1); }
 
  private:
-  static constexpr const char* kNames[] = {
-      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-      "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID",
-      "DDP_TIMEOUT_SEC", "DDP_TEST_VALUE"};
+  static constexpr const char* kNames[] = {"RANK",
+                                           "WORLD_SIZE",
+                                           "LOCAL_RANK",
+                                           "LOCAL_WORLD_SIZE",
+                                           "MASTER_ADDR",
+                                           "MASTER_PORT",
+                                           "TORCHELASTIC_USE_AGENT_STORE",
+                                           "TORCHELASTIC_RESTART_COUNT",
+                                           "TORCHELASTIC_RUN_ID",
+                                           "DDP_TIMEOUT_SEC",
+                                           "DDP_TEST_VALUE"};
   std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
 };
 
@@ -119,7 +128,8 @@ TEST(DistributedEnv, LocalRankMustBeBelowLocalWorld) {
 
 TEST(EnvVars, BooleansAcceptCommonSpellings) {
   for (const char* yes : {"1", "true", "True", "YES", "on"}) EXPECT_TRUE(env::parse_bool("X", yes));
-  for (const char* no : {"0", "false", "False", "no", "OFF"}) EXPECT_FALSE(env::parse_bool("X", no));
+  for (const char* no : {"0", "false", "False", "no", "OFF"})
+    EXPECT_FALSE(env::parse_bool("X", no));
   EXPECT_THROW(env::parse_bool("X", "maybe"), ConfigError);
 }
 

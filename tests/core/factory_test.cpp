@@ -52,7 +52,7 @@ TEST(Buffer, FromTensorChecksLayoutAndType) {
   EXPECT_EQ(b.dtype, DataType::kFloat32);
   EXPECT_EQ(b.data, t.data_ptr());
   EXPECT_EQ(Buffer(at::zeros({2}, at::kBFloat16)).dtype, DataType::kBFloat16);
-  EXPECT_THROW(Buffer(at::zeros({4, 4}).t()), Error);          // non-contiguous
+  EXPECT_THROW(Buffer(at::zeros({4, 4}).t()), Error);              // non-contiguous
   EXPECT_THROW(Buffer(at::zeros({4}, at::kComplexFloat)), Error);  // unsupported dtype
   EXPECT_THROW(Buffer(at::Tensor()), Error);
 }

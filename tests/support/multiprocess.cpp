@@ -1,7 +1,10 @@
 #include "multiprocess.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -101,13 +104,40 @@ std::string describe(const RankOutcome& o) {
   return ::testing::AssertionFailure() << "ranks failed (their stderr is above):" << failures;
 }
 
-TestStoreServer::TestStoreServer() : server_(Store::host(0, std::chrono::seconds(30))) {}
+TestStoreServer::TestStoreServer() {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  std::fflush(nullptr);
+  server_pid_ = fork();
+  if (server_pid_ < 0) throw std::runtime_error("fork failed");
+  if (server_pid_ == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(fds[0]);
+    auto server = Store::host(0, std::chrono::seconds(30));
+    const int port = server->port();
+    if (write(fds[1], &port, sizeof(port)) != sizeof(port)) _exit(1);
+    close(fds[1]);
+    while (true) pause();  // serve until killed
+  }
+  close(fds[1]);
+  const ssize_t got = read(fds[0], &port_, sizeof(port_));
+  close(fds[0]);
+  if (got != sizeof(port_)) {
+    kill(server_pid_, SIGKILL);
+    waitpid(server_pid_, nullptr, 0);
+    throw std::runtime_error("the test store server did not start");
+  }
+}
+
+TestStoreServer::~TestStoreServer() {
+  kill(server_pid_, SIGKILL);
+  waitpid(server_pid_, nullptr, 0);
+}
 
 std::string TestStoreServer::next_group_prefix() { return "group" + std::to_string(groups_++); }
 
 std::shared_ptr<Store> TestStoreServer::connect_client(const std::string& prefix) const {
-  return Store::connect("127.0.0.1", server_->port(), std::chrono::seconds(30))
-      ->with_prefix(prefix);
+  return Store::connect("127.0.0.1", port_, std::chrono::seconds(30))->with_prefix(prefix);
 }
 
 std::vector<RankOutcome> run_with_communicators(
@@ -120,6 +150,21 @@ std::vector<RankOutcome> run_with_communicators(
     auto comm = create_communicator(backend, store, rank, world_size, options);
     body(*comm);
   });
+}
+
+int free_tcp_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    throw std::runtime_error("could not find a free loopback port");
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
 }
 
 void require(bool condition, const std::string& message) {

@@ -35,19 +35,24 @@ std::vector<RankOutcome> run_ranks(int world_size, std::chrono::milliseconds dea
 ::testing::AssertionResult all_ranks_succeeded(const std::vector<RankOutcome>& outcomes);
 std::string describe(const RankOutcome& outcome);
 
-// A rendezvous store hosted by the test process. Children connect their own clients to it
-// (a client socket must never be shared across fork), under a prefix unique per group.
+// A rendezvous store served by a process of its own, so the test process stays single-threaded
+// when it forks ranks (a requirement of ThreadSanitizer, and of fork safety in general).
+// Children connect their own clients, under a prefix unique per group.
 class TestStoreServer {
  public:
   TestStoreServer();
-  int port() const { return server_->port(); }
+  ~TestStoreServer();
+  TestStoreServer(const TestStoreServer&) = delete;
+  TestStoreServer& operator=(const TestStoreServer&) = delete;
+  int port() const { return port_; }
   // A fresh key space for one group of ranks.
   std::string next_group_prefix();
   // Called in a child: a client of this server, scoped to `prefix`.
   std::shared_ptr<Store> connect_client(const std::string& prefix) const;
 
  private:
-  std::shared_ptr<Store> server_;
+  pid_t server_pid_ = 0;
+  int port_ = 0;
   int groups_ = 0;
 };
 
@@ -55,6 +60,9 @@ class TestStoreServer {
 std::vector<RankOutcome> run_with_communicators(
     TestStoreServer& server, const std::string& backend, int world_size, const CommOptions& options,
     std::chrono::milliseconds deadline, const std::function<void(Communicator& comm)>& body);
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then released).
+int free_tcp_port();
 
 // Throws (failing the rank) with a message when `condition` is false.
 void require(bool condition, const std::string& message);
