@@ -316,8 +316,10 @@ function runChecks(r, cluster, codes, dockerfile) {
     'base: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r.base, codes),
     'efa: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r.efa, codes),
     'e2e: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r.e2e, codes),
+    'e2e-2pods: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r['e2e-2pods'], codes),
     'pods: requests = limits, non-root, ranks <= CPUs, /dev/shm': () => checkPods([
-      ...jobPods('base'), ...jobPods('efa'), ...jobPods('e2e'), ...jobPods('data-prep'),
+      ...jobPods('base'), ...jobPods('efa'), ...jobPods('e2e'), ...jobPods('e2e-2pods'),
+      ...jobPods('data-prep'),
       ...jobPods('eval'), ...pytorchPods]),
     'shared volume: data prep -> train -> eval paths, EFS claim': () => checkSharedVolume(r),
     'efa: fabric backend, EFA device, huge pages, eksctl node group': () => checkEfa(r, cluster),
@@ -369,7 +371,7 @@ function main() {
   const codes = readExitCodes(args['exit-codes']);
   const load = () => {
     const r = {};
-    for (const name of ['base', 'efa', 'pytorchjob', 'data-prep', 'eval', 'efs', 'e2e']) {
+    for (const name of ['base', 'efa', 'pytorchjob', 'data-prep', 'eval', 'efs', 'e2e', 'e2e-2pods']) {
       r[name] = loadAll(path.join(args.rendered, `${name}.yaml`));
     }
     return [r, YAML.parse(fs.readFileSync(args.eksctl, 'utf8'))];
