@@ -107,10 +107,11 @@ def main():
         check(f"training Job: {n} pods run to completion", codes == [0] * n,
               f"exit codes {codes} after {elapsed:.0f} s")
         for pod in pods:
+            # ddprun's first line says where each value came from.
             said = "\n".join(pod.output)
-            check(f"{pod.hostname} took node rank {pod.index} of {n} from the Job",
-                  f"node_rank={pod.index}" in said.replace(" ", "") or
-                  f"node rank {pod.index}" in said, "no such line in its output")
+            check(f"{pod.hostname}: ddprun took node {pod.index} of {n} from the Indexed Job",
+                  f"node {pod.index} of {n} (rank from JOB_COMPLETION_INDEX" in said and
+                  f"rendezvous at ddp-train-0.ddp-train:" in said, "no such line in its output")
         ckpt_dir = os.path.join(shared, "checkpoints", "fashion-mnist")
         written = [f for f in glob.glob(os.path.join(ckpt_dir, "**"), recursive=True)
                    if os.path.isfile(f) and os.path.getsize(f) > 0]
