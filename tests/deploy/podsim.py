@@ -285,9 +285,11 @@ class Cluster:
     # ---- running pods ---------------------------------------------------------------------------
 
     def run_pods(self, pods, shared_dir, deadline_s, bind_dirs=(), path_prepend=(),
-                 home="/home/ddp", image=None, log=print):
+                 home="/home/ddp", image=None, log=print, when=None):
         """Starts every pod, waits for all of them until the deadline; returns {name: exit code}
-        (None for a pod killed at the deadline) and each pod's output in pod.output."""
+        (None for a pod killed at the deadline) and each pod's output in pod.output.
+        when: (condition, action) pairs; while the pods run, each action(pod -> pid) runs once,
+        as soon as its condition() holds (e.g. "a checkpoint exists" -> "SIGTERM pod 1")."""
         procs = {}
         for pod in pods:
             pod.output = []
@@ -307,13 +309,16 @@ class Cluster:
             t = threading.Thread(target=_pump, args=(pod, proc.stdout, log), daemon=True)
             t.start()
             readers.append(t)
-        codes = {}
+        pending = list(when or [])
         end = time.monotonic() + deadline_s
-        for name, (pod, proc) in procs.items():
-            try:
-                codes[name] = proc.wait(timeout=max(0.1, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                codes[name] = None
+        while time.monotonic() < end and any(p.poll() is None for _, p in procs.values()):
+            for item in [w for w in pending if w[0]()]:
+                pending.remove(item)
+                item[1]({pod.hostname: proc.pid for pod, proc in procs.values()})
+            time.sleep(0.1)
+        # As a container runtime reports it: a process killed by signal N exited 128 + N.
+        codes = {name: (None if proc.poll() is None else proc.poll() if proc.poll() >= 0
+                        else 128 - proc.poll()) for name, (_, proc) in procs.items()}
         if any(c is None for c in codes.values()):
             log(f"podsim: deadline of {deadline_s:.0f} s passed; killing every pod")
             for pod, proc in procs.values():

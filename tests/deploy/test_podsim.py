@@ -4,6 +4,7 @@ each pod what Kubernetes promises it; a failing pod's exit code comes back; a hu
 killed at its deadline; nothing is left behind."""
 import copy
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -24,7 +25,7 @@ def leftovers():
     return [n for n in ns + etc if n.startswith(mine)]
 
 
-def run_job(objs, deadline_s):
+def run_job(objs, deadline_s, when=None):
     with tempfile.TemporaryDirectory(prefix="podsim-test-") as work:
         shared = os.path.join(work, "pvc")
         os.makedirs(os.path.join(shared, "data"))
@@ -37,7 +38,7 @@ def run_job(objs, deadline_s):
             pods = cluster.make_pods(objs, "probe")
             started = time.monotonic()
             codes = cluster.run_pods(pods, shared, deadline_s, bind_dirs=[FIXTURE],
-                                     path_prepend=[FIXTURE])
+                                     path_prepend=[FIXTURE], when=when)
             elapsed = time.monotonic() - started
             collected = None
             path = os.path.join(shared, "out", "collected.txt")
@@ -69,8 +70,11 @@ def main():
     hung = copy.deepcopy(objs)
     container = podsim.find(hung, "Job", "probe")["spec"]["template"]["spec"]["containers"][0]
     container["command"], container["args"] = ["sleep"], ["600"]
-    codes, _, elapsed = run_job(hung, deadline_s=3)
-    check("a hung group is killed at its deadline", list(codes.values()) == [None] * 3 and elapsed < 15,
+    evict = (lambda: True, lambda pids: os.kill(pids["probe-1"], signal.SIGTERM))
+    codes, _, elapsed = run_job(hung, deadline_s=3, when=[evict])
+    check("a signal sent while pods run reaches that pod: exit 128 + SIGTERM",
+          list(codes.values())[1] == 143, str(codes))
+    check("a hung group is killed at its deadline", list(codes.values())[0::2] == [None] * 2 and elapsed < 15,
           f"{codes} after {elapsed:.1f} s")
 
     check("no namespace or /etc/netns entry left behind", leftovers() == [], str(leftovers()))
