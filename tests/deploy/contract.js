@@ -139,7 +139,8 @@ function checkFailurePolicy(job, containerName, codes) {
 }
 
 // Every container: requests = limits (Guaranteed QoS), CPU and memory set, non-root, and for the
-// trainer no more ranks than CPUs and a memory-backed /dev/shm.
+// trainer no more threads (ranks x OMP_NUM_THREADS, which must be set) than CPUs and a
+// memory-backed /dev/shm.
 function checkPods(podSpecs) {
   const problems = [];
   for (const [where, pod, objs] of podSpecs) {
@@ -155,8 +156,12 @@ function checkPods(podSpecs) {
         }
       }
       const env = containerEnv(objs, c);
-      if (env.NPROC_PER_NODE && Number(env.NPROC_PER_NODE) > quantity(limits.cpu)) {
-        problems.push(`${where}/${c.name}: NPROC_PER_NODE ${env.NPROC_PER_NODE} > CPU limit ${limits.cpu}`);
+      if (env.NPROC_PER_NODE) {
+        const threads = Number(env.NPROC_PER_NODE) * Number(env.OMP_NUM_THREADS);
+        if (!(threads <= quantity(limits.cpu))) {
+          problems.push(`${where}/${c.name}: NPROC_PER_NODE ${env.NPROC_PER_NODE} x OMP_NUM_THREADS ` +
+            `${env.OMP_NUM_THREADS} > CPU limit ${limits.cpu}`);
+        }
       }
       if (c.command[0] === 'ddprun') {
         const shm = (c.volumeMounts || []).find((m) => m.mountPath === '/dev/shm');
@@ -317,7 +322,7 @@ function runChecks(r, cluster, codes, dockerfile) {
     'efa: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r.efa, codes),
     'e2e: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r.e2e, codes),
     'e2e-2pods: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r['e2e-2pods'], codes),
-    'pods: requests = limits, non-root, ranks <= CPUs, /dev/shm': () => checkPods([
+    'pods: requests = limits, non-root, threads <= CPUs, /dev/shm': () => checkPods([
       ...jobPods('base'), ...jobPods('efa'), ...jobPods('e2e'), ...jobPods('e2e-2pods'),
       ...jobPods('data-prep'),
       ...jobPods('eval'), ...pytorchPods]),
@@ -350,10 +355,12 @@ const mutations = [
     (r) => { podSpecOf(find(r.base, 'Job')).containers[0].args.push('--x=$(NOPE)'); }],
   ['efa: Indexed Job, headless Service, failure policy', 'no DisruptionTarget rule',
     (r) => { find(r.efa, 'Job').spec.podFailurePolicy.rules.pop(); }],
-  ['pods: requests = limits, non-root, ranks <= CPUs, /dev/shm', 'request below limit',
+  ['pods: requests = limits, non-root, threads <= CPUs, /dev/shm', 'request below limit',
     (r) => { podSpecOf(find(r.eval, 'Job')).containers[0].resources.requests.cpu = '1'; }],
-  ['pods: requests = limits, non-root, ranks <= CPUs, /dev/shm', 'more ranks than CPUs',
+  ['pods: requests = limits, non-root, threads <= CPUs, /dev/shm', 'more ranks than CPUs',
     (r) => { find(r.base, 'ConfigMap').data.NPROC_PER_NODE = '64'; }],
+  ['pods: requests = limits, non-root, threads <= CPUs, /dev/shm', 'OpenMP left to its default',
+    (r) => { delete find(r.efa, 'ConfigMap').data.OMP_NUM_THREADS; }],
   ['shared volume: data prep -> train -> eval paths, EFS claim', 'eval reads another checkpoint directory',
     (r) => { podSpecOf(find(r.eval, 'Job')).containers[0].args[1] = '--checkpoint-dir=/ckpt/other'; }],
   ['shared volume: data prep -> train -> eval paths, EFS claim', 'data prep stages elsewhere',
