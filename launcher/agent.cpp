@@ -1,0 +1,134 @@
+#include "agent.h"
+
+#include <stdlib.h>
+#include <sys/prctl.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "ddp/error.h"
+#include "ddp/exit_codes.h"
+#include "ddp/log.h"
+#include "failure_report.h"
+#include "rendezvous.h"
+#include "supervisor.h"
+#include "worker_process.h"
+
+namespace ddprun {
+namespace {
+
+// A signal to ddprun while it is not supervising workers (rendezvous, exit barrier).
+struct Interrupted {
+  int signal;
+};
+
+std::string make_log_root(const LaunchConfig& config, bool& temporary) {
+  temporary = config.log_dir.empty();
+  if (!temporary) {
+    const std::string root = config.log_dir + "/" + config.run_id;
+    std::error_code ec;
+    std::filesystem::create_directories(root, ec);
+    if (ec) {
+      throw ddp::ConfigError("cannot create the log directory '" + root + "' (" + ec.message() +
+                             "); check --log-dir");
+    }
+    return root;
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ddprun-" +
+                        config.run_id + "-XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) {
+    throw ddp::ConfigError("cannot create a temporary log directory '" + pattern +
+                           "'; set --log-dir or TMPDIR to a writable directory");
+  }
+  return pattern;
+}
+
+void print_summary(const FailureReport& root, const std::string& error_file) {
+  std::istringstream lines(root.summary());
+  std::string line;
+  while (std::getline(lines, line)) ddp::log::error("{}", line);
+  ddp::log::error("error file: {}", error_file);
+}
+
+}  // namespace
+
+int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& env,
+              SignalInbox& inbox) {
+  // Orphans of the workers (daemonized grandchildren) become ours to reap, not init's.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  const std::string program = find_program(config.command.front(), env);
+  for (const auto& notice : config.notices) ddp::log::warn("{}", notice);
+  ddp::log::info("{}", config.describe());
+
+  bool temporary_logs = false;
+  const std::string log_root = make_log_root(config, temporary_logs);
+  bool writes_log_files = false;
+  for (int lr = 0; lr < config.nproc_per_node; ++lr) {
+    writes_log_files =
+        writes_log_files || (config.redirects.for_rank(lr) | config.tee.for_rank(lr));
+  }
+  if (temporary_logs && writes_log_files) ddp::log::info("worker logs go to {}", log_root);
+  auto agent_error_file = env.find("TORCHELASTIC_ERROR_FILE");
+  const std::string error_file =
+      agent_error_file != env.end() ? agent_error_file->second : log_root + "/error.json";
+
+  const auto poll_interrupt = [&inbox] {
+    if (int s = inbox.take_termination()) throw Interrupted{s};
+  };
+  try {
+    Rendezvous rendezvous(config, host, poll_interrupt);
+    Supervisor supervisor(config, env, program, log_root, inbox, rendezvous, host.hostname);
+    for (;;) {
+      const NodeAssignment node = rendezvous.join();
+      ddp::log::info("round {}: node {} of {}, ranks {}..{} of {}", node.round, node.group_rank,
+                     node.group_world_size, node.rank_offset,
+                     node.rank_offset + config.nproc_per_node - 1, node.world_size);
+      RoundOutcome outcome = supervisor.run(node);
+      if (outcome.kind == RoundOutcome::Kind::kSucceeded) {
+        if (auto failure = rendezvous.finish(node.round, node.group_world_size)) {
+          ddp::log::error("this node's workers finished, but the group failed: {}",
+                          failure->headline());
+          outcome.kind = RoundOutcome::Kind::kFailed;
+          outcome.root_cause = failure;
+        } else {
+          ddp::log::info("all {} workers of {} nodes finished", node.world_size,
+                         node.group_world_size);
+          if (temporary_logs && !writes_log_files) std::filesystem::remove_all(log_root);
+          return ddp::exit_code::kSuccess;
+        }
+      }
+      if (outcome.kind == RoundOutcome::Kind::kStoreLost) {
+        ddp::log::error("the rendezvous store at {}:{} stopped answering (did node 0 exit?)",
+                        rendezvous.store_host(), rendezvous.store_port());
+        return ddp::exit_code::kRendezvous;
+      }
+      const FailureReport& root = *outcome.root_cause;
+      print_summary(root, error_file);
+      write_error_file(error_file, root);
+      try {
+        rendezvous.acknowledge_stop(node.round);
+      } catch (const ddp::StoreError& e) {
+        ddp::log::warn("could not acknowledge the stop: {}", e.what());
+      }
+      if (outcome.kind == RoundOutcome::Kind::kInterrupted) {
+        rendezvous.linger_until_stopped(node.round, node.group_world_size);
+        return outcome.exit_code;
+      }
+      if (node.round >= config.max_restarts) {
+        if (config.max_restarts > 0) {
+          ddp::log::error("no restarts left ({} used)", config.max_restarts);
+        }
+        rendezvous.linger_until_stopped(node.round, node.group_world_size);
+        return root.exit_code;
+      }
+      ddp::log::warn("restarting the group: restart {} of {}", node.round + 1, config.max_restarts);
+      rendezvous.advance(node.round);
+    }
+  } catch (const Interrupted& i) {
+    ddp::log::warn("received {} before the workers started; exiting", signal_name(i.signal));
+    return 128 + i.signal;
+  }
+}
+
+}  // namespace ddprun

@@ -1,0 +1,42 @@
+#pragma once
+// The root cause of a failed group: which worker (or agent) failed first, how, and the last
+// lines of its stderr. It travels between nodes through the store as JSON, is printed as one
+// summary by every agent, and is written as a torchelastic-style error file.
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddprun {
+
+struct FailureReport {
+  std::string kind = "worker";  // "worker": a worker failed; "agent": an agent was stopped
+  int node_rank = -1;
+  std::string hostname;
+  int rank = -1;  // global rank of the failed worker (-1 for an agent)
+  int local_rank = -1;
+  int pid = 0;
+  int exit_code = 1;  // shell convention: 128 + signal when killed
+  int signal = 0;
+  std::string message;  // the worker's own error message when it wrote an error file
+  std::vector<std::string> stderr_tail;
+  std::string worker_error_json;  // the worker's error file, verbatim, when it wrote one
+  long long timestamp = 0;        // seconds since the epoch
+
+  std::string to_json() const;
+  static FailureReport from_json(const std::string& text);
+
+  // "rank 3 (local rank 1) on node 1 (train-1) exited with code 1"
+  std::string headline() const;
+  // The multi-line root-cause summary printed when the group fails.
+  std::string summary() const;
+};
+
+// The "message" a worker recorded in its torchelastic error file, and the file's text;
+// nullopt when the file is missing or not torchelastic JSON.
+std::optional<std::pair<std::string, std::string>> read_worker_error_file(const std::string& path);
+
+// Writes the torchelastic error file for `report`: the worker's own file with errorCode set
+// when it wrote one (what torchrun does), else one that ddprun composes.
+void write_error_file(const std::string& path, const FailureReport& report);
+
+}  // namespace ddprun

@@ -1,0 +1,81 @@
+#pragma once
+// Everything one ddprun agent needs to run its node, resolved from the command line, the
+// environment and the host. Precedence, per value: explicit flag > PET_<FLAG> > DDP_NNODES (node
+// count) > MASTER_ADDR/MASTER_PORT > Kubernetes pod placement (kubernetes.h) > torchrun's
+// default. Resolution is a pure function; every bad or contradictory value throws
+// ddp::ConfigError naming the variable or flag and the fix.
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "command_line.h"
+#include "host_facts.h"
+
+namespace ddprun {
+
+enum class RdzvBackend { kStatic, kC10d };
+
+// Which of a worker's output streams a setting applies to: bit 1 stdout, bit 2 stderr.
+enum StreamBits : unsigned { kNoStreams = 0, kStdout = 1, kStderr = 2, kBothStreams = 3 };
+
+struct StreamSelection {
+  unsigned all = kNoStreams;         // for every local rank not listed below
+  std::map<int, unsigned> per_rank;  // "0:1,1:2" form
+  unsigned for_rank(int local_rank) const;
+};
+
+struct RendezvousSettings {
+  std::chrono::milliseconds join_timeout = std::chrono::seconds(600);
+  std::chrono::milliseconds last_call_timeout = std::chrono::seconds(30);
+  std::chrono::milliseconds read_timeout = std::chrono::seconds(60);
+  std::chrono::milliseconds exit_barrier_timeout = std::chrono::seconds(300);
+  std::optional<bool> is_host;  // c10d: force hosting (true) or joining (false) the store
+};
+
+struct LaunchConfig {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int nproc_per_node = 1;
+  // Unset only with the c10d backend and nothing naming the node: then join order decides.
+  std::optional<int> node_rank;
+  RdzvBackend rdzv_backend = RdzvBackend::kStatic;
+  std::string store_host = "127.0.0.1";  // the agent store every agent and worker connects to
+  int store_port = 29500;                // 0 with --standalone: a free port
+  bool standalone = false;
+  std::string run_id = "none";
+  RendezvousSettings rdzv;
+  int max_restarts = 0;
+  std::chrono::milliseconds monitor_interval = std::chrono::milliseconds(100);
+  std::chrono::milliseconds shutdown_timeout = std::chrono::seconds(30);
+  std::string role = "default";
+  std::string log_dir;  // empty: a temporary directory
+  StreamSelection redirects;
+  StreamSelection tee;
+  std::optional<std::set<int>> local_ranks_filter;
+  std::string local_addr;
+  std::vector<int> signals_to_handle;
+  // What each worker executes: argv[0] is a program name or path (PATH is searched at spawn).
+  std::vector<std::string> command;
+  // Where the values came from, for the one-line summary.
+  std::string platform;
+  std::string node_rank_source;
+  std::string nnodes_source;
+  std::string store_source;
+  // Things the user should know (ignored compatibility flags, unknown rdzv-conf keys).
+  std::vector<std::string> notices;
+
+  // One line: node, workers, rendezvous, where each came from.
+  std::string describe() const;
+};
+
+LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
+                                   const HostFacts& host);
+
+// "SIGTERM" / "TERM" / "15" -> 15. Throws ConfigError for unknown or uncatchable signals.
+int parse_signal(const std::string& what, const std::string& text);
+std::string signal_name(int signal);
+
+}  // namespace ddprun

@@ -1,0 +1,33 @@
+// ddprun: a torchrun-compatible launcher. See `ddprun --help` and the README.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "agent.h"
+#include "command_line.h"
+#include "ddp/exit_codes.h"
+#include "ddp/log.h"
+#include "host_facts.h"
+#include "launch_config.h"
+#include "signal_inbox.h"
+
+int main(int argc, char** argv) {
+  ddp::log::logger().set_pattern("[%H:%M:%S.%e] [ddprun] [%l] %v");
+  try {
+    const auto cli = ddprun::parse_command_line(std::vector<std::string>(argv, argv + argc));
+    if (cli.help) {
+      std::fputs(ddprun::help_text().c_str(), stdout);
+      return ddp::exit_code::kSuccess;
+    }
+    const auto env = ddprun::current_environment();
+    const auto host = ddprun::HostFacts::probe();
+    const auto config = ddprun::resolve_launch_config(cli, env, host);
+    // Before any thread exists (the store server), so that all of them keep the signals blocked.
+    ddprun::SignalInbox inbox(config.signals_to_handle);
+    return ddprun::run_agent(config, host, env, inbox);
+  } catch (const std::exception& e) {
+    ddp::log::error("{}", e.what());
+    return ddp::exit_code::for_exception(e);
+  }
+}

@@ -1,0 +1,380 @@
+#include "rendezvous.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "ddp/error.h"
+#include "ddp/log.h"
+#include "ddp/store.h"
+
+namespace ddprun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+constexpr auto kFirstProgress = std::chrono::seconds(2);
+constexpr auto kProgressEvery = std::chrono::seconds(10);
+constexpr auto kReleaseWait = std::chrono::seconds(30);
+
+double seconds_of(Clock::duration d) {
+  return std::chrono::duration_cast<milliseconds>(d).count() / 1000.0;
+}
+
+std::string numeric_address(const sockaddr* addr) {
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* raw =
+      addr->sa_family == AF_INET
+          ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(addr)->sin_addr)
+          : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr);
+  return inet_ntop(addr->sa_family, raw, text, sizeof(text)) != nullptr ? text : "";
+}
+
+// Whether `host` names this machine: loopback, its hostname or FQDN, or one of its addresses.
+// Decides which agent serves the c10d store when no node rank says so.
+bool names_this_machine(const std::string& host, const HostFacts& facts,
+                        const std::string& local_addr) {
+  if (host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0) return true;
+  if (host == facts.hostname || host == local_addr) return true;
+  if (facts.fqdn && host == facts.fqdn()) return true;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  std::vector<std::string> targets;
+  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    targets.push_back(numeric_address(ai->ai_addr));
+  }
+  freeaddrinfo(found);
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return false;
+  bool local = false;
+  for (ifaddrs* i = ifs; i != nullptr && !local; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr ||
+        (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) {
+      continue;
+    }
+    const std::string mine = numeric_address(i->ifa_addr);
+    local = std::find(targets.begin(), targets.end(), mine) != targets.end();
+  }
+  freeifaddrs(ifs);
+  return local;
+}
+
+// Resolves `host` and opens (then closes) a TCP connection to `port`; "" on success, else why
+// not. Keeps the c10d client from logging a warning for every refused attempt.
+std::string probe_tcp(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    return "cannot resolve '" + host + "': " + gai_strerror(rc);
+  }
+  std::string why = "no address";
+  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      if (poll(&p, 1, 1000) == 1) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        rc = err == 0 ? 0 : -1;
+        errno = err;
+      } else {
+        errno = ETIMEDOUT;
+      }
+    }
+    const int saved = errno;
+    close(fd);
+    if (rc == 0) {
+      freeaddrinfo(found);
+      return "";
+    }
+    why = numeric_address(ai->ai_addr) + ":" + service + ": " + std::strerror(saved);
+  }
+  freeaddrinfo(found);
+  return why;
+}
+
+struct Member {
+  int join_index = 0;
+  int node_rank = -1;  // claimed by configuration
+  int preferred = -1;  // group rank in the previous round
+  int nproc = 1;
+  std::string host;
+};
+
+}  // namespace
+
+Rendezvous::Rendezvous(const LaunchConfig& config, const HostFacts& host,
+                       std::function<void()> poll_interrupt)
+    : config_(config), host_(host), poll_interrupt_(std::move(poll_interrupt)) {
+  const auto deadline = Clock::now() + config.rdzv.join_timeout;
+  store_host_ = config.store_host;
+  store_port_ = config.store_port;
+  bool host_it = false;
+  if (config.rdzv_backend == RdzvBackend::kStatic) {
+    host_it = config.node_rank == 0;
+  } else if (config.rdzv.is_host) {
+    host_it = *config.rdzv.is_host;
+  } else if (config.node_rank) {
+    host_it = *config.node_rank == 0;
+  } else {
+    host_it = names_this_machine(config.store_host, host, config.local_addr);
+  }
+  if (host_it) {
+    try {
+      server_ = ddp::Store::host(config.store_port, config.rdzv.read_timeout);
+      hosts_store_ = true;
+      store_port_ = server_->port();
+      store_ = server_->with_prefix("ddprun/" + config.run_id);
+      ddp::log::info("serving the rendezvous store on port {}", store_port_);
+    } catch (const ddp::StoreError& e) {
+      // With c10d, another agent on this machine may have won the port: join it instead.
+      if (config.rdzv_backend == RdzvBackend::kStatic || config.rdzv.is_host.value_or(false) ||
+          config.node_rank) {
+        throw ddp::StoreError(std::string(e.what()) +
+                              "; is another job using this port? choose another --master-port");
+      }
+    }
+  }
+  if (!store_) connect_with_retry(deadline);
+}
+
+Rendezvous::~Rendezvous() = default;
+
+void Rendezvous::connect_with_retry(Clock::time_point deadline) {
+  const auto start = Clock::now();
+  auto next_report = start + kFirstProgress;
+  auto backoff = milliseconds(50);
+  std::string why;
+  for (;;) {
+    poll_interrupt_();
+    why = probe_tcp(store_host_, store_port_);
+    if (why.empty()) {
+      try {
+        const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+        auto client = ddp::Store::connect(store_host_, store_port_,
+                                          std::max(left, config_.rdzv.read_timeout));
+        store_ = client->with_prefix("ddprun/" + config_.run_id);
+        ddp::log::debug("connected to the rendezvous store at {}:{}", store_host_, store_port_);
+        return;
+      } catch (const ddp::StoreError& e) {
+        why = e.what();
+      }
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      throw ddp::StoreError("cannot reach the rendezvous store at " + store_host_ + ":" +
+                            std::to_string(store_port_) + " within " +
+                            std::to_string(seconds_of(now - start)).substr(0, 5) + " s (" + why +
+                            "); check that node 0 runs and --master-addr/--rdzv-endpoint names "
+                            "it, or raise --rdzv-conf join_timeout");
+    }
+    if (now >= next_report) {
+      ddp::log::info("still waiting for the rendezvous store at {}:{} after {:.0f} s: {}",
+                     store_host_, store_port_, seconds_of(now - start), why);
+      next_report = now + kProgressEvery;
+    }
+    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, milliseconds(1000));
+  }
+}
+
+std::string Rendezvous::key(int round, const std::string& name) const {
+  return "round" + std::to_string(round) + "/" + name;
+}
+
+NodeAssignment Rendezvous::join() {
+  const auto deadline = Clock::now() + config_.rdzv.join_timeout;
+  // The job's current round: "0" for the first agent ever, later the round in progress.
+  int round = std::stoi(store_->compare_set("round", "", "0"));
+  for (;;) {
+    bool late = false;
+    NodeAssignment node = try_join(round, deadline, late);
+    if (!late) return node;
+    // The round closed without this node: wait for the group's next round.
+    ddp::log::info("round {} is already running without this node; waiting for the next round",
+                   round);
+    store_->add(key(round, "waiting"), 1);
+    auto backoff = milliseconds(10);
+    for (;;) {
+      poll_interrupt_();
+      const int current = std::stoi(store_->compare_set("round", "", "0"));
+      if (current != round) {
+        round = current;
+        break;
+      }
+      if (Clock::now() >= deadline) {
+        throw ddp::StoreError("round " + std::to_string(round) +
+                              " is full and running without this node, and no new round began "
+                              "within the join timeout; is an extra pod running with the same "
+                              "job, or is --nnodes too small?");
+      }
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, milliseconds(500));
+    }
+  }
+}
+
+NodeAssignment Rendezvous::try_join(int round, Clock::time_point deadline, bool& late) {
+  const auto start = Clock::now();
+  const int index = static_cast<int>(store_->add(key(round, "joined"), 1));
+  json me = {{"node_rank", config_.node_rank.value_or(-1)},
+             {"preferred", preferred_rank_},
+             {"nproc", config_.nproc_per_node},
+             {"host", config_.local_addr.empty() ? host_.hostname : config_.local_addr}};
+  store_->set(key(round, "member/" + std::to_string(index)), me.dump());
+  if (index == config_.max_nodes)
+    store_->compare_set(key(round, "closed"), "", std::to_string(index));
+
+  auto backoff = milliseconds(1);
+  auto next_report = start + kFirstProgress;
+  std::optional<Clock::time_point> min_reached;
+  while (!store_->check({key(round, "closed")})) {
+    poll_interrupt_();
+    const auto now = Clock::now();
+    const int joined = static_cast<int>(store_->add(key(round, "joined"), 0));
+    if (joined >= config_.min_nodes) {
+      if (!min_reached) min_reached = now;
+      if (now - *min_reached >= config_.rdzv.last_call_timeout) {
+        store_->compare_set(key(round, "closed"), "", std::to_string(joined));
+        continue;
+      }
+    }
+    if (now >= deadline) {
+      throw ddp::StoreError(
+          "rendezvous timed out: " + std::to_string(joined) + " of " +
+          std::to_string(config_.min_nodes) + " nodes joined round " + std::to_string(round) +
+          " within " + std::to_string(seconds_of(now - start)).substr(0, 5) +
+          " s; check that every node's pod runs and uses the same --nnodes, --rdzv-id and "
+          "store address, or raise --rdzv-conf join_timeout");
+    }
+    if (now >= next_report) {
+      ddp::log::info("waiting for nodes: {} of {} joined round {} after {:.0f} s", joined,
+                     config_.min_nodes, round, seconds_of(now - start));
+      next_report = now + kProgressEvery;
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, milliseconds(50));
+  }
+  const int closed = std::stoi(store_->get(key(round, "closed")));
+  if (index > closed) {
+    late = true;
+    return {};
+  }
+
+  std::vector<Member> members;
+  for (int i = 1; i <= closed; ++i) {
+    const json j = json::parse(store_->get(key(round, "member/" + std::to_string(i))));
+    members.push_back({i, j.value("node_rank", -1), j.value("preferred", -1), j.value("nproc", 1),
+                       j.value("host", "")});
+  }
+  for (std::size_t a = 0; a < members.size(); ++a) {
+    for (std::size_t b = a + 1; b < members.size(); ++b) {
+      if (members[a].node_rank >= 0 && members[a].node_rank == members[b].node_rank) {
+        throw ddp::ConfigError("node rank " + std::to_string(members[a].node_rank) +
+                               " is claimed by two nodes (" + members[a].host + " and " +
+                               members[b].host +
+                               "); give each node its own --node-rank or pod index");
+      }
+    }
+  }
+  // Known node ranks first, in order; then nodes without one, by their previous position and
+  // then by join order, so a restart keeps every node's ranks.
+  std::stable_sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
+    const auto rank_key = [](const Member& m) { return m.node_rank >= 0 ? m.node_rank : INT_MAX; };
+    const auto pref_key = [](const Member& m) { return m.preferred >= 0 ? m.preferred : INT_MAX; };
+    if (rank_key(a) != rank_key(b)) return rank_key(a) < rank_key(b);
+    if (pref_key(a) != pref_key(b)) return pref_key(a) < pref_key(b);
+    return a.join_index < b.join_index;
+  });
+  NodeAssignment node;
+  node.round = round;
+  node.group_world_size = closed;
+  node.world_size = 0;
+  for (int g = 0; g < closed; ++g) {
+    const Member& m = members[static_cast<std::size_t>(g)];
+    if (m.join_index == index) {
+      node.group_rank = g;
+      node.rank_offset = node.world_size;
+    }
+    node.world_size += m.nproc;
+  }
+  preferred_rank_ = node.group_rank;
+  return node;
+}
+
+std::optional<FailureReport> Rendezvous::failure(int round) {
+  if (!store_->check({key(round, "failure")})) return std::nullopt;
+  return FailureReport::from_json(store_->get(key(round, "failure")));
+}
+
+FailureReport Rendezvous::publish_failure(int round, const FailureReport& report) {
+  const std::string mine = report.to_json();
+  const std::string stored = store_->compare_set(key(round, "failure"), "", mine);
+  return stored == mine ? report : FailureReport::from_json(stored);
+}
+
+void Rendezvous::acknowledge_stop(int round) { store_->add(key(round, "stopped"), 1); }
+
+void Rendezvous::advance(int round) {
+  store_->compare_set("round", std::to_string(round), std::to_string(round + 1));
+}
+
+std::optional<FailureReport> Rendezvous::finish(int round, int nodes) {
+  store_->add(key(round, "done"), 1);
+  const auto deadline = Clock::now() + config_.rdzv.exit_barrier_timeout;
+  auto backoff = milliseconds(1);
+  while (store_->add(key(round, "done"), 0) < nodes) {
+    poll_interrupt_();
+    if (auto f = failure(round)) return f;
+    if (Clock::now() >= deadline) {
+      ddp::log::warn(
+          "not every node finished within the exit barrier timeout ({:.0f} s); "
+          "exiting anyway",
+          seconds_of(config_.rdzv.exit_barrier_timeout));
+      break;
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, milliseconds(100));
+  }
+  store_->add(key(round, "released"), 1);
+  if (hosts_store_) {
+    const auto release_deadline = Clock::now() + kReleaseWait;
+    while (store_->add(key(round, "released"), 0) < nodes && Clock::now() < release_deadline) {
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  }
+  return std::nullopt;
+}
+
+void Rendezvous::linger_until_stopped(int round, int nodes) {
+  if (!hosts_store_) return;
+  const auto deadline = Clock::now() + config_.shutdown_timeout + std::chrono::seconds(10);
+  while (store_->add(key(round, "stopped"), 0) < nodes && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+}
+
+}  // namespace ddprun

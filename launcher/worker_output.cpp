@@ -1,0 +1,72 @@
+#include "worker_output.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "ddp/error.h"
+
+namespace ddprun {
+namespace {
+
+// Long lines without a newline (progress bars) are cut so memory stays bounded.
+constexpr std::size_t kMaxLine = 64 * 1024;
+
+}  // namespace
+
+void write_fully(int fd, const std::string& text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+WorkerOutput::WorkerOutput(int rank, int console_fd, const std::string& log_path,
+                           std::size_t tail_lines)
+    : prefix_("[rank" + std::to_string(rank) + "]:"),
+      console_fd_(console_fd),
+      tail_lines_(tail_lines) {
+  if (!log_path.empty()) {
+    file_ = std::make_unique<std::ofstream>(log_path, std::ios::binary | std::ios::trunc);
+    if (!*file_) {
+      throw ddp::ConfigError("cannot write the worker log '" + log_path +
+                             "'; check --log-dir exists and is writable");
+    }
+  }
+}
+
+void WorkerOutput::write(const char* data, std::size_t size) {
+  if (file_) {
+    file_->write(data, static_cast<std::streamsize>(size));
+    file_->flush();
+  }
+  for (std::size_t i = 0; i < size; ++i) {
+    if (data[i] == '\n') {
+      emit_line(partial_);
+      partial_.clear();
+    } else {
+      partial_ += data[i];
+      if (partial_.size() >= kMaxLine) {
+        emit_line(partial_);
+        partial_.clear();
+      }
+    }
+  }
+}
+
+void WorkerOutput::finish() {
+  if (!partial_.empty()) emit_line(partial_);
+  partial_.clear();
+}
+
+void WorkerOutput::emit_line(const std::string& line) {
+  if (console_fd_ >= 0) write_fully(console_fd_, prefix_ + line + "\n");
+  if (tail_lines_ == 0) return;
+  tail_.push_back(line);
+  if (tail_.size() > tail_lines_) tail_.pop_front();
+}
+
+}  // namespace ddprun

@@ -1,0 +1,38 @@
+#pragma once
+// One stream (stdout or stderr) of one worker: each complete line goes to the console prefixed
+// with the worker's rank ("[rank3]:" like torchrun), the raw bytes to a log file when
+// --tee/--redirects ask for it, and the last lines are kept for the root-cause summary.
+#include <cstddef>
+#include <deque>
+#include <fstream>
+#include <memory>
+#include <string>
+
+namespace ddprun {
+
+class WorkerOutput {
+ public:
+  // console_fd: 1 or 2, or -1 for no console copy. log_path: "" for no file.
+  WorkerOutput(int rank, int console_fd, const std::string& log_path, std::size_t tail_lines);
+
+  void write(const char* data, std::size_t size);
+  // End of stream: flushes a last line without newline.
+  void finish();
+
+  const std::deque<std::string>& tail() const { return tail_; }
+
+ private:
+  void emit_line(const std::string& line);
+
+  std::string prefix_;
+  int console_fd_;
+  std::unique_ptr<std::ofstream> file_;
+  std::size_t tail_lines_;
+  std::string partial_;
+  std::deque<std::string> tail_;
+};
+
+// Writes all of `text` to `fd`, retrying short writes; errors (a closed console) are ignored.
+void write_fully(int fd, const std::string& text);
+
+}  // namespace ddprun

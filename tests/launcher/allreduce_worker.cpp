@@ -1,0 +1,101 @@
+// A worker for the launcher tests and the launch benchmark: joins the group ddprun (or torchrun)
+// set up, allreduces its rank+1 and checks the sum. Options shape the fault tests:
+//   --print-env           print the torchrun environment contract variables
+//   --iterations N        allreduce N times (default 1), --interval-ms M between them
+//   --fail-rank R --exit-code C   rank R exits with C after the first allreduce
+//   --first-attempt-only  apply --fail-rank only when TORCHELASTIC_RESTART_COUNT is 0
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/distributed.h"
+#include "ddp/exit_codes.h"
+
+namespace {
+
+long long unix_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool print_env = false;
+  bool first_attempt_only = false;
+  int iterations = 1;
+  int interval_ms = 0;
+  int fail_rank = -1;
+  int exit_code = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
+    if (a == "--print-env")
+      print_env = true;
+    else if (a == "--first-attempt-only")
+      first_attempt_only = true;
+    else if (a == "--iterations")
+      iterations = next();
+    else if (a == "--interval-ms")
+      interval_ms = next();
+    else if (a == "--fail-rank")
+      fail_rank = next();
+    else if (a == "--exit-code")
+      exit_code = next();
+  }
+  try {
+    auto group = ddp::init_process_group();
+    const int rank = group.env.rank;
+    const int world = group.env.world_size;
+    std::printf("worker rank=%d pid=%d local_rank=%d world=%d\n", rank, static_cast<int>(getpid()),
+                group.env.local_rank, world);
+    if (print_env) {
+      for (const char* name :
+           {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+            "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
+            "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+            "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+            "OMP_NUM_THREADS"}) {
+        const char* value = std::getenv(name);
+        std::printf("env rank=%d %s=%s\n", rank, name, value != nullptr ? value : "<unset>");
+      }
+    }
+    std::fflush(stdout);
+    const double expected = world * (world + 1) / 2.0;
+    for (int it = 0; it < iterations; ++it) {
+      std::vector<float> value = {static_cast<float>(rank + 1)};
+      group.comm->allreduce(value);
+      if (it == 0) std::printf("first_allreduce_unix_ns=%lld rank=%d\n", unix_ns(), rank);
+      if (value[0] != expected) {
+        std::fprintf(stderr, "rank %d: allreduce gave %g, expected %g\n", rank, value[0], expected);
+        return 2;
+      }
+      if (it == 0 && rank == fail_rank && (!first_attempt_only || group.env.restart_count == 0)) {
+        std::fprintf(stderr, "rank %d: failing on purpose with exit code %d\n", rank, exit_code);
+        return exit_code;
+      }
+      std::fflush(stdout);
+      if (interval_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
+    }
+    // Leave together: a rank that exits while a peer still reads its last collective's
+    // messages can make that peer's read fail (the socket closes under it).
+    const std::string leaving = "worker_exit/" + std::to_string(group.env.restart_count);
+    group.store->add(leaving, 1);
+    while (group.store->add(leaving, 0) < world) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::printf("rank=%d sum=%g ok attempt=%d\n", rank, expected, group.env.restart_count);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "worker failed: %s\n", e.what());
+    return ddp::exit_code::for_exception(e);
+  }
+}

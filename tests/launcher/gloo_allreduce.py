@@ -1,0 +1,14 @@
+# An unchanged torch.distributed program: env:// init, gloo, one allreduce. Run under ddprun
+# by the interop test to show that Python workers join ddprun's agent store like torchrun's.
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+value = torch.tensor([float(rank + 1)])
+dist.all_reduce(value)
+expected = world * (world + 1) / 2
+print(f"python rank={rank} world={world} sum={value.item()} expected={expected}", flush=True)
+dist.barrier()
+dist.destroy_process_group()
+raise SystemExit(0 if value.item() == expected else 1)

@@ -1,0 +1,330 @@
+// Drives the real ddprun binary: single node, two nodes on loopback, faults and signals.
+// Every test has hard deadlines and kills what it started (see child_process.h).
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "child_process.h"
+#include "multiprocess.h"
+
+namespace ddprun::testing {
+namespace {
+
+using std::chrono::seconds;
+
+const std::string kDdprun = DDPRUN_PATH;
+const std::string kWorker = WORKER_PATH;
+const std::string kSourceDir = TEST_SOURCE_DIR;
+
+std::vector<std::string> cmd(std::vector<std::string> flags, std::vector<std::string> program) {
+  flags.insert(flags.begin(), kDdprun);
+  flags.insert(flags.end(), program.begin(), program.end());
+  return flags;
+}
+
+std::vector<std::string> node_flags(int node, int port, int nproc = 2) {
+  return {"--nnodes",           "2",
+          "--node-rank",        std::to_string(node),
+          "--nproc-per-node",   std::to_string(nproc),
+          "--master-addr",      "127.0.0.1",
+          "--master-port",      std::to_string(port),
+          "--monitor-interval", "0.05"};
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char p[] = "/tmp/ddprun-test-dir-XXXXXX";
+    path = mkdtemp(p);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+TEST(DdprunProcess, StandaloneRunsTwoRanksWithTorchrunEnvironment) {
+  ChildProcess run(cmd({"--standalone", "--nproc-per-node", "2"}, {kWorker, "--print-env"}),
+                   {{"OMP_NUM_THREADS", ""}});
+  ASSERT_EQ(run.wait(seconds(60)), 0) << run.output();
+  const std::string out = run.output();
+  EXPECT_NE(out.find("[rank0]:rank=0 sum=3 ok attempt=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank1]:rank=1 sum=3 ok attempt=0"), std::string::npos) << out;
+  for (const char* line :
+       {"[rank1]:env rank=1 RANK=1", "[rank1]:env rank=1 LOCAL_RANK=1",
+        "[rank1]:env rank=1 WORLD_SIZE=2", "[rank1]:env rank=1 LOCAL_WORLD_SIZE=2",
+        "[rank1]:env rank=1 GROUP_RANK=0", "[rank1]:env rank=1 GROUP_WORLD_SIZE=1",
+        "[rank1]:env rank=1 ROLE_RANK=1", "[rank1]:env rank=1 ROLE_WORLD_SIZE=2",
+        "[rank1]:env rank=1 ROLE_NAME=default", "[rank1]:env rank=1 MASTER_ADDR=127.0.0.1",
+        "[rank1]:env rank=1 TORCHELASTIC_RESTART_COUNT=0",
+        "[rank1]:env rank=1 TORCHELASTIC_MAX_RESTARTS=0",
+        "[rank1]:env rank=1 TORCHELASTIC_USE_AGENT_STORE=True",
+        "[rank1]:env rank=1 OMP_NUM_THREADS=1"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
+  }
+  EXPECT_NE(out.find("[rank0]:env rank=0 TORCHELASTIC_ERROR_FILE=/"), std::string::npos) << out;
+}
+
+TEST(DdprunProcess, TwoAgentsOnLoopbackFormOneGroup) {
+  const int port = ddp::testing::free_tcp_port();
+  ChildProcess node1(cmd(node_flags(1, port), {kWorker, "--print-env"}), {});
+  ChildProcess node0(cmd(node_flags(0, port), {kWorker, "--print-env"}), {});
+  ASSERT_EQ(node0.wait(seconds(90)), 0) << node0.output();
+  ASSERT_EQ(node1.wait(seconds(30)), 0) << node1.output();
+  const std::string out0 = node0.output();
+  const std::string out1 = node1.output();
+  for (int r : {0, 1}) {
+    EXPECT_NE(out0.find("[rank" + std::to_string(r) + "]:rank=" + std::to_string(r) + " sum=10 ok"),
+              std::string::npos)
+        << out0;
+  }
+  for (int r : {2, 3}) {
+    EXPECT_NE(out1.find("[rank" + std::to_string(r) + "]:rank=" + std::to_string(r) + " sum=10 ok"),
+              std::string::npos)
+        << out1;
+  }
+  EXPECT_NE(out1.find("[rank3]:env rank=3 GROUP_RANK=1"), std::string::npos) << out1;
+  EXPECT_NE(out1.find("[rank3]:env rank=3 LOCAL_RANK=1"), std::string::npos) << out1;
+  EXPECT_NE(out1.find("[rank3]:env rank=3 WORLD_SIZE=4"), std::string::npos) << out1;
+  EXPECT_NE(out1.find("MASTER_PORT=" + std::to_string(port)), std::string::npos) << out1;
+}
+
+TEST(DdprunProcess, C10dRendezvousAssignsNodesByJoinOrder) {
+  const int port = ddp::testing::free_tcp_port();
+  const std::vector<std::string> flags = {
+      "--nnodes",       "2",    "--nproc-per-node", "1",
+      "--rdzv-backend", "c10d", "--rdzv-endpoint",  "127.0.0.1:" + std::to_string(port),
+      "--rdzv-id",      "j"};
+  ChildProcess a(cmd(flags, {kWorker, "--print-env"}), {});
+  ChildProcess b(cmd(flags, {kWorker, "--print-env"}), {});
+  ASSERT_EQ(a.wait(seconds(90)), 0) << a.output();
+  ASSERT_EQ(b.wait(seconds(30)), 0) << b.output();
+  const std::string both = a.output() + b.output();
+  EXPECT_EQ(count_of(both, "sum=3 ok"), 2) << both;
+  EXPECT_EQ(count_of(both, "GROUP_RANK=0"), 1) << both;
+  EXPECT_EQ(count_of(both, "GROUP_RANK=1"), 1) << both;
+  EXPECT_EQ(count_of(both, "TORCHELASTIC_RUN_ID=j"), 2) << both;
+}
+
+TEST(DdprunProcess, ElasticRangeStartsWithTheMinimumAfterTheLastCall) {
+  const int port = ddp::testing::free_tcp_port();
+  ChildProcess run(
+      cmd({"--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+           "127.0.0.1:" + std::to_string(port), "--rdzv-conf", "last_call_timeout=0.5"},
+          {kWorker}),
+      {});
+  ASSERT_EQ(run.wait(seconds(60)), 0) << run.output();
+  EXPECT_NE(run.output().find("round 0: node 0 of 1, ranks 0..1 of 2"), std::string::npos)
+      << run.output();
+  EXPECT_EQ(count_of(run.output(), "sum=3 ok"), 2) << run.output();
+}
+
+TEST(DdprunProcess, SigkilledWorkerStopsEveryNodeWithTheSignalCode) {
+  const int port = ddp::testing::free_tcp_port();
+  const std::vector<std::string> worker = {kWorker, "--iterations", "100000", "--interval-ms",
+                                           "20"};
+  ChildProcess node0(cmd(node_flags(0, port), worker), {});
+  ChildProcess node1(cmd(node_flags(1, port), worker), {});
+  ASSERT_TRUE(node1.wait_for_output("worker rank=3 pid=", seconds(90))) << node1.output();
+  ASSERT_TRUE(node0.wait_for_output("worker rank=0 pid=", seconds(30))) << node0.output();
+  ASSERT_TRUE(node0.wait_for_output("worker rank=1 pid=", seconds(30))) << node0.output();
+  const auto pids0 = printed_pids(node0.output());
+  const auto pids1 = printed_pids(node1.output());
+  ASSERT_EQ(pids1.size(), 2u);
+  const pid_t rank3 = printed_pids(node1.output(), "worker rank=3 pid=").at(0);
+  ASSERT_EQ(kill(rank3, SIGKILL), 0);
+
+  // Both agents notice (node 1 directly, node 0 through the store) and exit 128 + SIGKILL.
+  EXPECT_EQ(node1.wait(seconds(20)), 128 + SIGKILL) << node1.output();
+  EXPECT_EQ(node0.wait(seconds(20)), 128 + SIGKILL) << node0.output();
+  EXPECT_NE(node1.output().find("root cause (first failure): rank 3 (local rank 1) on node 1"),
+            std::string::npos)
+      << node1.output();
+  EXPECT_NE(node0.output().find("rank 3 (local rank 1) on node 1"), std::string::npos)
+      << node0.output();
+  EXPECT_NE(node0.output().find("SIGKILL"), std::string::npos) << node0.output();
+  std::vector<pid_t> all = pids0;
+  all.insert(all.end(), pids1.begin(), pids1.end());
+  EXPECT_TRUE(wait_all_dead(all, seconds(10)));
+}
+
+TEST(DdprunProcess, WorkerExitCodeReachesEveryNodeAndTheErrorFile) {
+  const int port = ddp::testing::free_tcp_port();
+  TempDir dir;
+  const std::vector<std::string> worker = {kWorker, "--iterations", "100000", "--interval-ms",
+                                           "20",    "--fail-rank",  "1",      "--exit-code",
+                                           "3"};
+  auto flags0 = node_flags(0, port, 1);
+  flags0.insert(flags0.end(), {"--log-dir", dir.path, "--rdzv-id", "e"});
+  auto flags1 = node_flags(1, port, 1);
+  flags1.insert(flags1.end(), {"--rdzv-id", "e"});
+  ChildProcess node0(cmd(flags0, worker), {{"TORCHELASTIC_ERROR_FILE", dir.path + "/root.json"}});
+  ChildProcess node1(cmd(flags1, worker), {});
+  EXPECT_EQ(node1.wait(seconds(90)), 3) << node1.output();
+  EXPECT_EQ(node0.wait(seconds(30)), 3) << node0.output();
+  EXPECT_NE(node1.output().find("failing on purpose with exit code 3"), std::string::npos)
+      << node1.output();
+  // Node 0 prints the root cause, stderr tail included, though it happened on node 1.
+  EXPECT_NE(node0.output().find("rank 1 (local rank 0) on node 1"), std::string::npos)
+      << node0.output();
+  EXPECT_NE(node0.output().find("rank 1: failing on purpose"), std::string::npos) << node0.output();
+  const std::string json = read_file(dir.path + "/root.json");
+  EXPECT_NE(json.find("\"errorCode\": 3"), std::string::npos) << json;
+  EXPECT_NE(json.find("rank 1 (local rank 0) on node 1"), std::string::npos) << json;
+}
+
+TEST(DdprunProcess, MaxRestartsRestartsAllNodesTogether) {
+  const int port = ddp::testing::free_tcp_port();
+  const std::vector<std::string> worker = {kWorker, "--iterations", "3", "--fail-rank",
+                                           "2",     "--exit-code",  "7", "--first-attempt-only"};
+  auto flags0 = node_flags(0, port);
+  auto flags1 = node_flags(1, port);
+  flags0.insert(flags0.end(), {"--max-restarts", "1"});
+  flags1.insert(flags1.end(), {"--max-restarts", "1"});
+  ChildProcess node0(cmd(flags0, worker), {});
+  ChildProcess node1(cmd(flags1, worker), {});
+  ASSERT_EQ(node0.wait(seconds(120)), 0) << node0.output();
+  ASSERT_EQ(node1.wait(seconds(30)), 0) << node1.output();
+  const std::string both = node0.output() + node1.output();
+  EXPECT_EQ(count_of(both, "sum=10 ok attempt=1"), 4) << both;
+  EXPECT_EQ(count_of(both, "restarting the group: restart 1 of 1"), 2) << both;
+}
+
+TEST(DdprunProcess, SigtermIsForwardedThenWorkersAreKilledAfterTheTimeout) {
+  ChildProcess run(cmd({"--standalone", "--nproc-per-node", "2", "--shutdown-timeout", "1"},
+                       {kSourceDir + "/term_trapping_worker.sh"}),
+                   {});
+  ASSERT_TRUE(run.wait_for_output("shell_pid=", seconds(30))) << run.output();
+  ASSERT_TRUE(run.wait_for_output("[rank1]:shell_pid=", seconds(10))) << run.output();
+  ASSERT_TRUE(run.wait_for_output("[rank0]:shell_pid=", seconds(10))) << run.output();
+  const auto shells = printed_pids(run.output(), "shell_pid=");
+  const auto grandchildren = printed_pids(run.output(), "grandchild_pid=");
+  ASSERT_EQ(shells.size(), 2u);
+  ASSERT_EQ(grandchildren.size(), 2u);
+
+  const auto start = std::chrono::steady_clock::now();
+  run.signal(SIGTERM);
+  ASSERT_EQ(run.wait(seconds(20)), 128 + SIGTERM) << run.output();
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  const std::string out = run.output();
+  // The workers saw SIGTERM, ignored it, and were killed only after the 1 s timeout.
+  EXPECT_NE(out.find("[rank0]:rank 0 got SIGTERM"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank1]:rank 1 got SIGTERM"), std::string::npos) << out;
+  EXPECT_NE(out.find("sending SIGKILL"), std::string::npos) << out;
+  EXPECT_GE(elapsed, std::chrono::milliseconds(900));
+  std::vector<pid_t> all = shells;
+  all.insert(all.end(), grandchildren.begin(), grandchildren.end());
+  EXPECT_TRUE(wait_all_dead(all, seconds(5)));
+}
+
+TEST(DdprunProcess, WorkersDieWithASigkilledAgent) {
+  ChildProcess run(cmd({"--standalone", "--nproc-per-node", "2"},
+                       {kWorker, "--iterations", "100000", "--interval-ms", "20"}),
+                   {});
+  ASSERT_TRUE(run.wait_for_output("worker rank=1 pid=", seconds(60))) << run.output();
+  ASSERT_TRUE(run.wait_for_output("worker rank=0 pid=", seconds(10))) << run.output();
+  const auto pids = printed_pids(run.output());
+  ASSERT_EQ(pids.size(), 2u);
+  run.signal(SIGKILL);
+  EXPECT_EQ(run.wait(seconds(10)), 128 + SIGKILL);
+  EXPECT_TRUE(wait_all_dead(pids, seconds(10)));
+}
+
+TEST(DdprunProcess, RunsAsPidOneOfAContainer) {
+  // A container's entrypoint is PID 1 of its PID namespace: the kernel drops signals that
+  // PID 1 has no handler for, and every orphan of the container becomes its child.
+  if (std::system("unshare --pid --fork --mount-proc true >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "cannot create a PID namespace here (needs root and unshare)";
+  }
+  const std::vector<std::string> pid1 = {"/usr/bin/unshare", "--pid", "--fork", "--mount-proc"};
+  auto ok_cmd = pid1;
+  for (const auto& a : cmd({"--standalone", "--nproc-per-node", "2"}, {kWorker})) {
+    ok_cmd.push_back(a);
+  }
+  ChildProcess ok(ok_cmd, {});
+  ASSERT_EQ(ok.wait(seconds(60)), 0) << ok.output();
+  EXPECT_EQ(count_of(ok.output(), "sum=3 ok"), 2) << ok.output();
+
+  // Stopping the container: ddprun (PID 1 inside, unshare's child outside) gets SIGTERM.
+  auto term_cmd = pid1;
+  for (const auto& a : cmd({"--standalone", "--nproc-per-node", "2", "--shutdown-timeout", "5"},
+                           {kWorker, "--iterations", "100000", "--interval-ms", "20"})) {
+    term_cmd.push_back(a);
+  }
+  ChildProcess term(term_cmd, {});
+  ASSERT_TRUE(term.wait_for_output("first_allreduce", seconds(60))) << term.output();
+  std::ifstream children("/proc/" + std::to_string(term.pid()) + "/task/" +
+                         std::to_string(term.pid()) + "/children");
+  pid_t ddprun_pid = 0;
+  ASSERT_TRUE(children >> ddprun_pid) << "cannot find unshare's child";
+  ASSERT_EQ(kill(ddprun_pid, SIGTERM), 0);
+  EXPECT_EQ(term.wait(seconds(30)), 128 + SIGTERM) << term.output();
+  EXPECT_NE(term.output().find("received SIGTERM: forwarding it to the workers"), std::string::npos)
+      << term.output();
+}
+
+TEST(DdprunProcess, ConfigErrorsAndRendezvousTimeoutsHaveTheirExitCodes) {
+  ChildProcess bad(cmd({"--nnodes", "2", "--node-rank", "2"}, {kWorker}), {});
+  EXPECT_EQ(bad.wait(seconds(20)), 64) << bad.output();
+  EXPECT_NE(bad.output().find("node rank 2 (from --node-rank)"), std::string::npos) << bad.output();
+
+  ChildProcess missing(cmd({}, {"/nonexistent/trainer"}), {});
+  EXPECT_EQ(missing.wait(seconds(20)), 64) << missing.output();
+  EXPECT_NE(missing.output().find("/nonexistent/trainer"), std::string::npos);
+
+  const int port = ddp::testing::free_tcp_port();
+  ChildProcess alone(cmd({"--nnodes", "2", "--node-rank", "0", "--master-port",
+                          std::to_string(port), "--rdzv-conf", "join_timeout=1"},
+                         {kWorker}),
+                     {});
+  EXPECT_EQ(alone.wait(seconds(30)), 69) << alone.output();
+  EXPECT_NE(alone.output().find("rendezvous timed out: 1 of 2 nodes"), std::string::npos)
+      << alone.output();
+
+  ChildProcess orphan(cmd({"--nnodes", "2", "--node-rank", "1", "--master-addr",
+                           "no-such-host.invalid", "--rdzv-conf", "join_timeout=1"},
+                          {kWorker}),
+                      {});
+  EXPECT_EQ(orphan.wait(seconds(30)), 69) << orphan.output();
+  EXPECT_NE(orphan.output().find("cannot reach the rendezvous store at no-such-host.invalid"),
+            std::string::npos)
+      << orphan.output();
+}
+
+TEST(DdprunProcess, TeeRedirectsAndLocalRanksFilter) {
+  TempDir dir;
+  ChildProcess run(
+      cmd({"--standalone", "--nproc-per-node", "2", "--log-dir", dir.path, "--rdzv-id", "ignored",
+           "--redirects", "0:1", "--tee", "1:3", "--local-ranks-filter", "0,1"},
+          {kWorker}),
+      {});
+  ASSERT_EQ(run.wait(seconds(60)), 0) << run.output();
+  const std::string out = run.output();
+  // Rank 0's stdout went to its file only; rank 1's to both.
+  EXPECT_EQ(out.find("[rank0]:rank=0 sum=3 ok"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank1]:rank=1 sum=3 ok"), std::string::npos) << out;
+  std::string root;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) root = entry.path();
+  EXPECT_NE(read_file(root + "/attempt_0/0/stdout.log").find("rank=0 sum=3 ok"), std::string::npos);
+  EXPECT_NE(read_file(root + "/attempt_0/1/stdout.log").find("rank=1 sum=3 ok"), std::string::npos);
+  EXPECT_NE(read_file(root + "/attempt_0/1/stderr.log").find("joined as rank 1/2"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(root + "/attempt_0/0/stderr.log"));
+
+  ChildProcess filtered(
+      cmd({"--standalone", "--nproc-per-node", "2", "--local-ranks-filter", "1"}, {kWorker}), {});
+  ASSERT_EQ(filtered.wait(seconds(60)), 0) << filtered.output();
+  EXPECT_EQ(filtered.output().find("[rank0]:"), std::string::npos) << filtered.output();
+  EXPECT_NE(filtered.output().find("[rank1]:rank=1 sum=3 ok"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddprun::testing

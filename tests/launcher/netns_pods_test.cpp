@@ -1,0 +1,139 @@
+// Three simulated Kubernetes pods of an Indexed Job: one network namespace each, joined by a
+// bridge (in a namespace of its own, so the host's network is untouched), /etc/netns/<ns>/hosts
+// giving each pod the FQDN "train-<i>.train.default.svc.cluster.local", a per-pod hostname
+// (unshare --uts) and JOB_COMPLETION_INDEX. ddprun gets no rank, node count or master flags:
+// it must derive them as in a real pod. Pod 2 starts before "train-0.train" resolves, as when
+// DNS is not ready yet, and must wait for it.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "child_process.h"
+
+namespace ddprun::testing {
+namespace {
+
+using std::chrono::seconds;
+constexpr int kPods = 3;
+
+bool run(const std::string& command) {
+  return std::system((command + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+class NetnsPods : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
+    if (!run("ip netns list")) GTEST_SKIP() << "'ip netns' is not available (install iproute2)";
+    if (!run("unshare --uts true")) GTEST_SKIP() << "'unshare --uts' is not permitted here";
+    prefix_ = "ddprun-t" + std::to_string(getpid());
+    bridge_ = prefix_ + "-br";
+    ASSERT_TRUE(run("ip netns add " + bridge_));
+    created_.push_back(bridge_);
+    ASSERT_TRUE(run("ip -n " + bridge_ + " link add br0 type bridge"));
+    ASSERT_TRUE(run("ip -n " + bridge_ + " link set br0 up"));
+    for (int i = 0; i < kPods; ++i) {
+      const std::string ns = pod_ns(i);
+      ASSERT_TRUE(run("ip netns add " + ns));
+      created_.push_back(ns);
+      ASSERT_TRUE(run("ip link add eth0 netns " + ns + " type veth peer name p" +
+                      std::to_string(i) + " netns " + bridge_));
+      ASSERT_TRUE(run("ip -n " + ns + " addr add " + pod_ip(i) + "/24 dev eth0"));
+      ASSERT_TRUE(run("ip -n " + ns + " link set eth0 up"));
+      ASSERT_TRUE(run("ip -n " + ns + " link set lo up"));
+      ASSERT_TRUE(run("ip -n " + bridge_ + " link set p" + std::to_string(i) + " master br0"));
+      ASSERT_TRUE(run("ip -n " + bridge_ + " link set p" + std::to_string(i) + " up"));
+      std::filesystem::create_directories("/etc/netns/" + ns);
+      write_hosts(i, /*with_master=*/i != 2);
+    }
+  }
+
+  void TearDown() override {
+    for (const auto& ns : created_) {
+      run("ip netns del " + ns);
+      std::filesystem::remove_all("/etc/netns/" + ns);
+    }
+  }
+
+  std::string pod_ns(int i) const { return prefix_ + "-pod" + std::to_string(i); }
+  static std::string pod_ip(int i) { return "10.213.7." + std::to_string(i + 1); }
+
+  // What the kubelet writes for a pod with a subdomain, plus the headless Service's records
+  // that cluster DNS would answer (pod 0's left out to play DNS that is not ready yet).
+  void write_hosts(int pod, bool with_master) {
+    std::ofstream hosts("/etc/netns/" + pod_ns(pod) + "/hosts", std::ios::trunc);
+    hosts << "127.0.0.1 localhost\n";
+    for (int i = 0; i < kPods; ++i) {
+      if (i == 0 && !with_master && pod != 0) continue;
+      const std::string name = "train-" + std::to_string(i);
+      hosts << pod_ip(i) << " " << name << ".train.default.svc.cluster.local " << name << ".train"
+            << (i == pod ? " " + name : "") << "\n";
+    }
+  }
+
+  std::vector<std::string> pod_command(int i) const {
+    return {"/usr/sbin/ip",
+            "netns",
+            "exec",
+            pod_ns(i),
+            "/usr/bin/unshare",
+            "--uts",
+            "/bin/sh",
+            "-c",
+            "hostname train-" + std::to_string(i) + " && exec \"$0\" \"$@\"",
+            DDPRUN_PATH,
+            "--nproc-per-node",
+            "1",
+            "--monitor-interval",
+            "0.05",
+            WORKER_PATH,
+            "--print-env"};
+  }
+
+  std::string prefix_;
+  std::string bridge_;
+  std::vector<std::string> created_;
+};
+
+TEST_F(NetnsPods, IndexedJobPodsFindTheirRanksAndTheMaster) {
+  std::vector<std::unique_ptr<ChildProcess>> pods;
+  for (int i : {2, 1, 0}) {
+    pods.push_back(std::make_unique<ChildProcess>(
+        pod_command(i), std::map<std::string, std::string>{
+                            {"JOB_COMPLETION_INDEX", std::to_string(i)}, {"DDP_NNODES", "3"}}));
+  }
+  ChildProcess& pod2 = *pods[0];
+  ASSERT_TRUE(pod2.wait_for_output("cannot resolve 'train-0.train'", seconds(60))) << pod2.output();
+  write_hosts(2, /*with_master=*/true);  // DNS catches up
+
+  for (int k = 0; k < kPods; ++k) {
+    ASSERT_EQ(pods[static_cast<std::size_t>(k)]->wait(seconds(120)), 0)
+        << pods[static_cast<std::size_t>(k)]->output();
+  }
+  for (int k = 0; k < kPods; ++k) {
+    const int i = 2 - k;
+    const std::string out = pods[static_cast<std::size_t>(k)]->output();
+    const std::string r = std::to_string(i);
+    EXPECT_NE(out.find("node " + r +
+                       " of 3 (rank from JOB_COMPLETION_INDEX, count from "
+                       "DDP_NNODES; Kubernetes Indexed Job)"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("static rendezvous at train-0.train:29500 (from hostname train-" + r +
+                       " and FQDN train-" + r + ".train.default.svc.cluster.local"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("[rank" + r + "]:env rank=" + r + " GROUP_RANK=" + r), std::string::npos)
+        << out;
+    EXPECT_NE(out.find("[rank" + r + "]:env rank=" + r + " MASTER_ADDR=train-0.train"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("[rank" + r + "]:rank=" + r + " sum=6 ok"), std::string::npos) << out;
+  }
+}
+
+}  // namespace
+}  // namespace ddprun::testing
