@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import podsim  # noqa: E402
 
@@ -111,7 +112,7 @@ def main():
             said = "\n".join(pod.output)
             check(f"{pod.hostname}: ddprun took node {pod.index} of {n} from the Indexed Job",
                   f"node {pod.index} of {n} (rank from JOB_COMPLETION_INDEX" in said and
-                  f"rendezvous at ddp-train-0.ddp-train:" in said, "no such line in its output")
+                  "rendezvous at ddp-train-0.ddp-train:" in said, "no such line in its output")
         ckpt_dir = os.path.join(shared, "checkpoints", "fashion-mnist")
         written = [f for f in glob.glob(os.path.join(ckpt_dir, "**"), recursive=True)
                    if os.path.isfile(f) and os.path.getsize(f) > 0]

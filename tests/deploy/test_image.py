@@ -14,6 +14,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
 import podsim  # noqa: E402
 
@@ -28,6 +29,33 @@ def check(name, ok, detail=""):
 
 def podman(*args, timeout=120):
     return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def launcher_pods_in_image(args):
+    """The rendered two-pod Job, each pod a container of the image in its own network namespace,
+    with a shell command standing in for the trainer: ddprun must find its rank from the Job,
+    rendezvous through the simulated Service and start workers that see the group and can write
+    to the checkpoint volume (as uid 1000, under a read-only root)."""
+    import tempfile
+    objs = podsim.load_render(os.path.join(args.rendered, "e2e-2pods.yaml"))
+    container = podsim.find(objs, "Job", "ddp-train")["spec"]["template"]["spec"]["containers"][0]
+    program = next(i for i, a in enumerate(container["args"]) if not a.startswith("--"))
+    container["args"][program:] = ["/bin/sh", "-c",
+                                   'test "$WORLD_SIZE" = 2 && test "$MASTER_ADDR" = ddp-train-0.ddp-train '
+                                   '&& echo "$RANK of $WORLD_SIZE" > /ckpt/rank$RANK']
+    with tempfile.TemporaryDirectory(prefix="ddp-image-pods-") as work:
+        os.chmod(work, 0o755)
+        shared = os.path.join(work, "pvc")
+        os.makedirs(os.path.join(shared, "data"))
+        for d in (shared, os.path.join(shared, "data")):
+            os.chown(d, 1000, 1000)
+        with podsim.Cluster(work) as cluster:
+            pods = cluster.make_pods(objs, "ddp-train")
+            codes = list(cluster.run_pods(pods, shared, 120, image=args.tag).values())
+        ckpt = os.path.join(shared, "checkpoints")
+        wrote = sorted(open(os.path.join(ckpt, f)).read().strip() for f in os.listdir(ckpt)) \
+            if os.path.isdir(ckpt) else []
+    return codes == [0, 0] and wrote == ["0 of 2", "1 of 2"], f"exit codes {codes}, wrote {wrote}"
 
 
 def main():
@@ -72,6 +100,9 @@ def main():
           f"{[t for t in out if t.startswith('/')]}")
     r = podman("image", "inspect", "--format", "{{.Size}}", args.tag)
     print(f"image: {args.tag} is {int(r.stdout.strip() or 0) / 2**20:.0f} MiB", flush=True)
+
+    check("two pods of the rendered Job run ddprun in the image and form one group",
+          *launcher_pods_in_image(args))
 
     if not args.e2e:
         print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
