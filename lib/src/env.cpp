@@ -18,8 +18,8 @@ DistributedEnv DistributedEnv::from_environment() {
     throw ConfigError("RANK=" + std::to_string(e.rank) + " is not below WORLD_SIZE=" +
                       std::to_string(e.world_size) + "; ranks run from 0 to WORLD_SIZE-1");
   }
-  e.local_world_size = static_cast<int>(
-      env::get_int("LOCAL_WORLD_SIZE", 1, e.world_size).value_or(1));
+  e.local_world_size =
+      static_cast<int>(env::get_int("LOCAL_WORLD_SIZE", 1, e.world_size).value_or(1));
   e.local_rank = static_cast<int>(env::get_int("LOCAL_RANK", 0, kMaxWorld).value_or(0));
   if (env::get("LOCAL_WORLD_SIZE") && e.local_rank >= e.local_world_size) {
     throw ConfigError("LOCAL_RANK=" + std::to_string(e.local_rank) +

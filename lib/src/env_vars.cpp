@@ -15,8 +15,7 @@ std::optional<std::string> get(const char* name) {
   return std::string(value);
 }
 
-long parse_int(const std::string& what, const std::string& text, long min_value,
-               long max_value) {
+long parse_int(const std::string& what, const std::string& text, long min_value, long max_value) {
   errno = 0;
   char* end = nullptr;
   const long value = std::strtol(text.c_str(), &end, 10);
@@ -38,7 +37,8 @@ bool parse_bool(const std::string& what, const std::string& text) {
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (lower == "1" || lower == "true" || lower == "yes" || lower == "on") return true;
   if (lower == "0" || lower == "false" || lower == "no" || lower == "off") return false;
-  throw ConfigError(what + "='" + text + "' is not a boolean; use 1/0, true/false, yes/no or on/off");
+  throw ConfigError(what + "='" + text +
+                    "' is not a boolean; use 1/0, true/false, yes/no or on/off");
 }
 
 std::optional<long> get_int(const char* name, long min_value, long max_value) {

@@ -1,5 +1,7 @@
 #include "ddp/store.h"
 
+#include <algorithm>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -19,6 +21,12 @@ namespace {
 
 std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string from_bytes(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+
+// c10d rounds its connect timeout down to whole seconds (0 s fails at once), so connecting
+// always gets at least one second; operations then use the caller's timeout.
+std::chrono::milliseconds connect_timeout(std::chrono::milliseconds t) {
+  return std::max<std::chrono::milliseconds>(t, std::chrono::seconds(1));
+}
 
 std::string seconds(std::chrono::milliseconds t) {
   return std::to_string(t.count() / 1000.0).substr(0, 6) + " s";
@@ -51,13 +59,12 @@ std::shared_ptr<Store> Store::host(int port, std::chrono::milliseconds timeout) 
   opts.port = static_cast<std::uint16_t>(port);
   opts.isServer = true;
   opts.waitWorkers = false;
-  opts.timeout = timeout;
+  opts.timeout = connect_timeout(timeout);
   opts.multiTenant = true;
   auto impl = std::make_shared<Impl>();
   impl->host = "127.0.0.1";
-  impl->tcp = translate("hosting on port " + std::to_string(port), [&] {
-    return c10::make_intrusive<c10d::TCPStore>(impl->host, opts);
-  });
+  impl->tcp = translate("hosting on port " + std::to_string(port),
+                        [&] { return c10::make_intrusive<c10d::TCPStore>(impl->host, opts); });
   return std::shared_ptr<Store>(new Store(std::move(impl), ""));
 }
 
@@ -67,11 +74,12 @@ std::shared_ptr<Store> Store::connect(const std::string& host, int port,
   opts.port = static_cast<std::uint16_t>(port);
   opts.isServer = false;
   opts.waitWorkers = false;
-  opts.timeout = timeout;
+  opts.timeout = connect_timeout(timeout);
   auto impl = std::make_shared<Impl>();
   impl->host = host;
   try {
     impl->tcp = c10::make_intrusive<c10d::TCPStore>(host, opts);
+    impl->tcp->setTimeout(timeout);
   } catch (const std::exception& e) {
     std::string cause = e.what();
     if (auto nl = cause.find('\n'); nl != std::string::npos) cause.resize(nl);

@@ -10,8 +10,9 @@ namespace {
 
 void check_buffer(const char* op, int rank, const Buffer& b, const char* name) {
   if (b.count > 0 && b.data == nullptr) {
-    throw CommError(op, rank, -1, std::string(name) + " has " + std::to_string(b.count) +
-                                      " elements but a null data pointer");
+    throw CommError(op, rank, -1,
+                    std::string(name) + " has " + std::to_string(b.count) +
+                        " elements but a null data pointer");
   }
 }
 
@@ -26,10 +27,7 @@ void check_same_dtype(const char* op, int rank, const Buffer& in, const Buffer& 
 }  // namespace
 
 Communicator::Communicator(int rank, int size, CommOptions options)
-    : rank_(rank),
-      size_(size),
-      options_(options),
-      queue_(std::make_unique<detail::OpQueue>()) {
+    : rank_(rank), size_(size), options_(options), queue_(std::make_unique<detail::OpQueue>()) {
   if (size < 1 || rank < 0 || rank >= size) {
     throw ConfigError("invalid communicator rank " + std::to_string(rank) + " of size " +
                       std::to_string(size) + "; rank must be in [0, size)");
@@ -46,9 +44,9 @@ void Communicator::shutdown() { queue_->stop(); }
 void Communicator::validate_broadcast(const Buffer& buffer, int root) const {
   check_buffer("broadcast", rank_, buffer, "buffer");
   if (root < 0 || root >= size_) {
-    throw CommError("broadcast", rank_, -1,
-                    "root " + std::to_string(root) + " is outside [0, " + std::to_string(size_) +
-                        ")");
+    throw CommError(
+        "broadcast", rank_, -1,
+        "root " + std::to_string(root) + " is outside [0, " + std::to_string(size_) + ")");
   }
 }
 

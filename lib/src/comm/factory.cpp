@@ -45,8 +45,8 @@ std::string backend_from_env() {
 }
 
 std::unique_ptr<Communicator> create_communicator(const std::string& backend,
-                                                  std::shared_ptr<Store> store, int rank,
-                                                  int size, const CommOptions& options) {
+                                                  std::shared_ptr<Store> store, int rank, int size,
+                                                  const CommOptions& options) {
   require_available(backend, "backend");
   // Each backend keeps its rendezvous keys apart, so several can share one store.
   auto scoped = store->with_prefix(backend);

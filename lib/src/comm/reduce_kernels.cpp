@@ -2,9 +2,9 @@
 
 #include <cstdint>
 
-#include <Eigen/Core>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+#include <Eigen/Core>
 
 namespace ddp::detail {
 namespace {
@@ -51,12 +51,18 @@ void reduce_half(void* out, const void* a, const void* b, std::size_t n) {
 template <ReduceOp Op>
 ReduceFn kernel_for(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat32: return reduce_native<float, Op>;
-    case DataType::kFloat64: return reduce_native<double, Op>;
-    case DataType::kInt32: return reduce_native<std::int32_t, Op>;
-    case DataType::kInt64: return reduce_native<std::int64_t, Op>;
-    case DataType::kBFloat16: return reduce_half<c10::BFloat16, Op>;
-    case DataType::kFloat16: return reduce_half<c10::Half, Op>;
+    case DataType::kFloat32:
+      return reduce_native<float, Op>;
+    case DataType::kFloat64:
+      return reduce_native<double, Op>;
+    case DataType::kInt32:
+      return reduce_native<std::int32_t, Op>;
+    case DataType::kInt64:
+      return reduce_native<std::int64_t, Op>;
+    case DataType::kBFloat16:
+      return reduce_half<c10::BFloat16, Op>;
+    case DataType::kFloat16:
+      return reduce_half<c10::Half, Op>;
   }
   return nullptr;
 }
@@ -78,22 +84,31 @@ void divide_half(void* data, std::size_t n, int divisor) {
 
 ReduceFn reduce_kernel(DataType dtype, ReduceOp op) {
   switch (op) {
-    case ReduceOp::kMin: return kernel_for<ReduceOp::kMin>(dtype);
-    case ReduceOp::kMax: return kernel_for<ReduceOp::kMax>(dtype);
+    case ReduceOp::kMin:
+      return kernel_for<ReduceOp::kMin>(dtype);
+    case ReduceOp::kMax:
+      return kernel_for<ReduceOp::kMax>(dtype);
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: return kernel_for<ReduceOp::kSum>(dtype);
+    case ReduceOp::kAvg:
+      return kernel_for<ReduceOp::kSum>(dtype);
   }
   return nullptr;
 }
 
 void divide_in_place(void* data, std::size_t count, DataType dtype, int divisor) {
   switch (dtype) {
-    case DataType::kFloat32: return divide_native<float>(data, count, divisor);
-    case DataType::kFloat64: return divide_native<double>(data, count, divisor);
-    case DataType::kInt32: return divide_native<std::int32_t>(data, count, divisor);
-    case DataType::kInt64: return divide_native<std::int64_t>(data, count, divisor);
-    case DataType::kBFloat16: return divide_half<c10::BFloat16>(data, count, divisor);
-    case DataType::kFloat16: return divide_half<c10::Half>(data, count, divisor);
+    case DataType::kFloat32:
+      return divide_native<float>(data, count, divisor);
+    case DataType::kFloat64:
+      return divide_native<double>(data, count, divisor);
+    case DataType::kInt32:
+      return divide_native<std::int32_t>(data, count, divisor);
+    case DataType::kInt64:
+      return divide_native<std::int64_t>(data, count, divisor);
+    case DataType::kBFloat16:
+      return divide_half<c10::BFloat16>(data, count, divisor);
+    case DataType::kFloat16:
+      return divide_half<c10::Half>(data, count, divisor);
   }
 }
 

@@ -33,9 +33,10 @@ std::string local_address_towards(const std::string& host) {
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
         getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
       char text[INET6_ADDRSTRLEN] = {};
-      const void* addr = local.ss_family == AF_INET
-                             ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
-                             : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      const void* addr =
+          local.ss_family == AF_INET
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
       if (inet_ntop(local.ss_family, addr, text, sizeof(text)) != nullptr) result = text;
     }
     close(fd);

@@ -20,7 +20,7 @@ std::string backend_from_env();
 // Connects `size` ranks through `store` (a prefix per group is the caller's choice).
 // Throws ConfigError for an unknown backend, CommError/StoreError if peers cannot be reached.
 std::unique_ptr<Communicator> create_communicator(const std::string& backend,
-                                                  std::shared_ptr<Store> store, int rank,
-                                                  int size, const CommOptions& options = {});
+                                                  std::shared_ptr<Store> store, int rank, int size,
+                                                  const CommOptions& options = {});
 
 }  // namespace ddp

@@ -28,17 +28,29 @@ struct Float16Bits {
 template <typename T>
 constexpr DataType data_type_of();
 template <>
-constexpr DataType data_type_of<float>() { return DataType::kFloat32; }
+constexpr DataType data_type_of<float>() {
+  return DataType::kFloat32;
+}
 template <>
-constexpr DataType data_type_of<double>() { return DataType::kFloat64; }
+constexpr DataType data_type_of<double>() {
+  return DataType::kFloat64;
+}
 template <>
-constexpr DataType data_type_of<BFloat16Bits>() { return DataType::kBFloat16; }
+constexpr DataType data_type_of<BFloat16Bits>() {
+  return DataType::kBFloat16;
+}
 template <>
-constexpr DataType data_type_of<Float16Bits>() { return DataType::kFloat16; }
+constexpr DataType data_type_of<Float16Bits>() {
+  return DataType::kFloat16;
+}
 template <>
-constexpr DataType data_type_of<std::int32_t>() { return DataType::kInt32; }
+constexpr DataType data_type_of<std::int32_t>() {
+  return DataType::kInt32;
+}
 template <>
-constexpr DataType data_type_of<std::int64_t>() { return DataType::kInt64; }
+constexpr DataType data_type_of<std::int64_t>() {
+  return DataType::kInt64;
+}
 
 // A view of `count` contiguous elements of host memory. Collectives read and write through it;
 // the caller keeps the memory alive until the operation completes.

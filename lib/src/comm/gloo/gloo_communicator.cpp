@@ -6,9 +6,6 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
-#include <gloo/allreduce_halving_doubling.h>
-#include <gloo/allreduce_ring.h>
-#include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
@@ -23,41 +20,13 @@
 namespace ddp::detail {
 namespace {
 
-constexpr std::size_t kClassicCacheEntries = 16;
-// Below this, the classic ring's single pass with no per-call setup wins (measured in
-// bench/allreduce_bench: see README "Allreduce performance").
-constexpr std::size_t kSmallMessageBytes = 256 * 1024;
+// Up to this many bytes sent per rank (payload x peers), the direct exchange beats gloo's
+// ring: one round of messages instead of 2(P-1) steps (bench/allreduce_bench measures both).
+constexpr std::size_t kDirectExchangeBudget = 256 * 1024;
 
 std::string first_line(const std::string& text) {
   auto nl = text.find('\n');
   return nl == std::string::npos ? text : text.substr(0, nl);
-}
-
-template <typename T>
-const gloo::ReductionFunction<T>* classic_reduction(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kMin: return gloo::ReductionFunction<T>::min;
-    case ReduceOp::kMax: return gloo::ReductionFunction<T>::max;
-    default: return gloo::ReductionFunction<T>::sum;
-  }
-}
-
-template <typename T>
-std::unique_ptr<gloo::Algorithm> make_classic(const std::shared_ptr<gloo::Context>& context,
-                                              void* data, std::size_t count, ReduceOp op,
-                                              GlooAllreduceAlgorithm algorithm) {
-  std::vector<T*> ptrs{static_cast<T*>(data)};
-  const int n = static_cast<int>(count);
-  if (algorithm == GlooAllreduceAlgorithm::kHalvingDoubling) {
-    return std::make_unique<gloo::AllreduceHalvingDoubling<T>>(context, ptrs, n,
-                                                               classic_reduction<T>(op));
-  }
-  return std::make_unique<gloo::AllreduceRing<T>>(context, ptrs, n, classic_reduction<T>(op));
-}
-
-bool has_classic_kernel(DataType dtype) {
-  return dtype == DataType::kFloat32 || dtype == DataType::kFloat64 ||
-         dtype == DataType::kInt32 || dtype == DataType::kInt64;
 }
 
 }  // namespace
@@ -65,21 +34,23 @@ bool has_classic_kernel(DataType dtype) {
 GlooAllreduceAlgorithm gloo_algorithm_from_env() {
   const std::string name = env::get("DDP_GLOO_ALGORITHM").value_or("auto");
   if (name == "auto") return GlooAllreduceAlgorithm::kAuto;
+  if (name == "direct") return GlooAllreduceAlgorithm::kDirect;
   if (name == "ring") return GlooAllreduceAlgorithm::kRing;
   if (name == "bcube") return GlooAllreduceAlgorithm::kBcube;
-  if (name == "classic_ring") return GlooAllreduceAlgorithm::kClassicRing;
-  if (name == "halving_doubling") return GlooAllreduceAlgorithm::kHalvingDoubling;
   throw ConfigError("DDP_GLOO_ALGORITHM='" + name +
-                    "' is not known; use auto, ring, bcube, classic_ring or halving_doubling");
+                    "' is not known; use auto, direct, ring or bcube");
 }
 
 const char* to_string(GlooAllreduceAlgorithm algorithm) {
   switch (algorithm) {
-    case GlooAllreduceAlgorithm::kAuto: return "auto";
-    case GlooAllreduceAlgorithm::kRing: return "ring";
-    case GlooAllreduceAlgorithm::kBcube: return "bcube";
-    case GlooAllreduceAlgorithm::kClassicRing: return "classic_ring";
-    case GlooAllreduceAlgorithm::kHalvingDoubling: return "halving_doubling";
+    case GlooAllreduceAlgorithm::kAuto:
+      return "auto";
+    case GlooAllreduceAlgorithm::kDirect:
+      return "direct";
+    case GlooAllreduceAlgorithm::kRing:
+      return "ring";
+    case GlooAllreduceAlgorithm::kBcube:
+      return "bcube";
   }
   return "unknown";
 }
@@ -101,14 +72,13 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
                         "; check that every rank is running and that the chosen interface "
                         "(DDP_SOCKET_IFNAME) reaches the others");
   }
+  const std::size_t peers = std::max(size - 1, 1);
+  exchange_ = std::make_unique<GlooDirectExchange>(context_, kDirectExchangeBudget / peers);
   log::debug("gloo: connected {} ranks, allreduce algorithm {}", size,
              to_string(forced_algorithm_));
 }
 
-GlooCommunicator::~GlooCommunicator() {
-  shutdown();
-  classic_cache_.clear();
-}
+GlooCommunicator::~GlooCommunicator() { shutdown(); }
 
 template <typename Fn>
 void GlooCommunicator::guarded(const char* op, Fn&& fn) {
@@ -121,106 +91,99 @@ void GlooCommunicator::guarded(const char* op, Fn&& fn) {
     fn();
   } catch (const gloo::IoException& e) {
     failure_ = first_line(e.what());
-    const bool timed_out = failure_.find("Timed out") != std::string::npos ||
-                           failure_.find("timed out") != std::string::npos;
-    if (timed_out) {
+    if (failure_.find("Timed out") != std::string::npos) {
       throw TimeoutError(op, rank(), -1,
-                         "no progress within the " +
-                             std::to_string(timeout().count()) +
+                         "no progress within the " + std::to_string(timeout().count()) +
                              " ms timeout (" + failure_ +
                              "); a peer is stuck, dead, or issued a different collective");
     }
     throw CommError(op, rank(), -1,
-                    failure_ + "; a peer process exited or the network dropped, see the "
-                               "other ranks' logs");
+                    failure_ +
+                        "; a peer process exited or the network dropped, see the "
+                        "other ranks' logs");
   } catch (const gloo::Exception& e) {
     failure_ = first_line(e.what());
     throw CommError(op, rank(), -1, "gloo error: " + failure_);
   }
 }
 
+void GlooCommunicator::exchange(CollectiveKind kind, const Buffer& buffer, std::uint32_t detail,
+                                const void* payload, std::size_t payload_bytes) {
+  const auto signature =
+      CollectiveSignature::make(kind, buffer.dtype, buffer.count, detail, sequence_++);
+  exchange_->run(signature, payload, payload_bytes, timeout());
+}
+
 GlooAllreduceAlgorithm GlooCommunicator::choose_allreduce_algorithm(std::size_t bytes,
-                                                                    DataType dtype) const {
-  GlooAllreduceAlgorithm chosen = forced_algorithm_;
-  if (chosen == GlooAllreduceAlgorithm::kAuto) {
-    chosen = bytes <= kSmallMessageBytes ? GlooAllreduceAlgorithm::kClassicRing
-                                         : GlooAllreduceAlgorithm::kRing;
+                                                                    DataType) const {
+  if (bytes > exchange_->max_payload_bytes()) {
+    return forced_algorithm_ == GlooAllreduceAlgorithm::kBcube ? GlooAllreduceAlgorithm::kBcube
+                                                               : GlooAllreduceAlgorithm::kRing;
   }
-  const bool classic = chosen == GlooAllreduceAlgorithm::kClassicRing ||
-                       chosen == GlooAllreduceAlgorithm::kHalvingDoubling;
-  // Classic algorithms only have kernels for native types.
-  if (classic && !has_classic_kernel(dtype)) chosen = GlooAllreduceAlgorithm::kRing;
-  return chosen;
+  if (forced_algorithm_ == GlooAllreduceAlgorithm::kAuto) return GlooAllreduceAlgorithm::kDirect;
+  return forced_algorithm_;
+}
+
+void GlooCommunicator::reduce_exchanged(Buffer out, ReduceOp op) const {
+  const ReduceFn reduce = reduce_kernel(out.dtype, op);
+  // Rank order on every rank: all ranks compute bit-identical results.
+  std::memcpy(out.data, exchange_->payload_of(0), out.bytes());
+  for (int peer = 1; peer < size(); ++peer) {
+    reduce(out.data, out.data, exchange_->payload_of(peer), out.count);
+  }
 }
 
 void GlooCommunicator::do_allreduce(Buffer buffer, ReduceOp op) {
-  if (size() == 1 || buffer.count == 0) return;
+  if (size() == 1) return;
   const auto algorithm = choose_allreduce_algorithm(buffer.bytes(), buffer.dtype);
   guarded("allreduce", [&] {
-    if (algorithm == GlooAllreduceAlgorithm::kClassicRing ||
-        algorithm == GlooAllreduceAlgorithm::kHalvingDoubling) {
-      allreduce_classic(buffer, op, algorithm);
+    if (algorithm == GlooAllreduceAlgorithm::kDirect) {
+      exchange(CollectiveKind::kAllreduce, buffer, static_cast<std::uint32_t>(op), buffer.data,
+               buffer.bytes());
+      reduce_exchanged(buffer, op);
     } else {
-      allreduce_unbound(buffer, op, algorithm);
+      exchange(CollectiveKind::kAllreduce, buffer, static_cast<std::uint32_t>(op), nullptr, 0);
+      if (buffer.count > 0) gloo_allreduce(buffer, op, algorithm);
     }
   });
   if (op == ReduceOp::kAvg) divide_in_place(buffer.data, buffer.count, buffer.dtype, size());
 }
 
-void GlooCommunicator::allreduce_unbound(Buffer buffer, ReduceOp op,
-                                         GlooAllreduceAlgorithm algorithm) {
+void GlooCommunicator::gloo_allreduce(Buffer buffer, ReduceOp op,
+                                      GlooAllreduceAlgorithm algorithm) {
   gloo::AllreduceOptions opts(context_);
   opts.setAlgorithm(algorithm == GlooAllreduceAlgorithm::kBcube
                         ? gloo::AllreduceOptions::Algorithm::BCUBE
                         : gloo::AllreduceOptions::Algorithm::RING);
   // gloo sizes messages from the element size alone; the kernel knows the real type.
   switch (element_size(buffer.dtype)) {
-    case 2: opts.setOutput(static_cast<std::uint16_t*>(buffer.data), buffer.count); break;
-    case 4: opts.setOutput(static_cast<std::uint32_t*>(buffer.data), buffer.count); break;
-    default: opts.setOutput(static_cast<std::uint64_t*>(buffer.data), buffer.count); break;
+    case 2:
+      opts.setOutput(static_cast<std::uint16_t*>(buffer.data), buffer.count);
+      break;
+    case 4:
+      opts.setOutput(static_cast<std::uint32_t*>(buffer.data), buffer.count);
+      break;
+    default:
+      opts.setOutput(static_cast<std::uint64_t*>(buffer.data), buffer.count);
+      break;
   }
   opts.setReduceFunction(reduce_kernel(buffer.dtype, op));
   opts.setTimeout(timeout());
   gloo::allreduce(opts);
 }
 
-void GlooCommunicator::allreduce_classic(Buffer buffer, ReduceOp op,
-                                         GlooAllreduceAlgorithm algorithm) {
-  auto it = classic_cache_.begin();
-  for (; it != classic_cache_.end(); ++it) {
-    if (it->data == buffer.data && it->count == buffer.count && it->dtype == buffer.dtype &&
-        it->op == op && it->algorithm == algorithm) {
-      break;
-    }
-  }
-  if (it == classic_cache_.end()) {
-    std::unique_ptr<gloo::Algorithm> instance;
-    switch (buffer.dtype) {
-      case DataType::kFloat32:
-        instance = make_classic<float>(context_, buffer.data, buffer.count, op, algorithm);
-        break;
-      case DataType::kFloat64:
-        instance = make_classic<double>(context_, buffer.data, buffer.count, op, algorithm);
-        break;
-      case DataType::kInt32:
-        instance = make_classic<std::int32_t>(context_, buffer.data, buffer.count, op, algorithm);
-        break;
-      default:
-        instance = make_classic<std::int64_t>(context_, buffer.data, buffer.count, op, algorithm);
-        break;
-    }
-    classic_cache_.push_front({buffer.data, buffer.count, buffer.dtype, op, algorithm,
-                               std::move(instance)});
-    if (classic_cache_.size() > kClassicCacheEntries) classic_cache_.pop_back();
-  } else if (it != classic_cache_.begin()) {
-    classic_cache_.splice(classic_cache_.begin(), classic_cache_, it);
-  }
-  classic_cache_.front().instance->run();
-}
-
 void GlooCommunicator::do_broadcast(Buffer buffer, int root) {
-  if (size() == 1 || buffer.count == 0) return;
+  if (size() == 1) return;
+  const auto detail = static_cast<std::uint32_t>(root);
   guarded("broadcast", [&] {
+    if (buffer.bytes() <= exchange_->max_payload_bytes()) {
+      const bool sender = rank() == root;
+      exchange(CollectiveKind::kBroadcast, buffer, detail, sender ? buffer.data : nullptr,
+               sender ? buffer.bytes() : 0);
+      if (!sender) std::memcpy(buffer.data, exchange_->payload_of(root), buffer.bytes());
+      return;
+    }
+    exchange(CollectiveKind::kBroadcast, buffer, detail, nullptr, 0);
     gloo::BroadcastOptions opts(context_);
     opts.setRoot(root);
     opts.setOutput(static_cast<std::uint8_t*>(buffer.data), buffer.bytes());
@@ -230,12 +193,20 @@ void GlooCommunicator::do_broadcast(Buffer buffer, int root) {
 }
 
 void GlooCommunicator::do_allgather(Buffer input, Buffer output) {
-  if (input.count == 0) return;
   if (size() == 1) {
-    std::memmove(output.data, input.data, input.bytes());
+    if (input.count > 0) std::memmove(output.data, input.data, input.bytes());
     return;
   }
   guarded("allgather", [&] {
+    if (input.bytes() <= exchange_->max_payload_bytes()) {
+      exchange(CollectiveKind::kAllgather, input, 0, input.data, input.bytes());
+      for (int peer = 0; peer < size(); ++peer) {
+        std::memcpy(static_cast<char*>(output.data) + input.bytes() * peer,
+                    exchange_->payload_of(peer), input.bytes());
+      }
+      return;
+    }
+    exchange(CollectiveKind::kAllgather, input, 0, nullptr, 0);
     gloo::AllgatherOptions opts(context_);
     opts.setInput(static_cast<std::uint8_t*>(input.data), input.bytes());
     opts.setOutput(static_cast<std::uint8_t*>(output.data), output.bytes());
@@ -245,26 +216,40 @@ void GlooCommunicator::do_allgather(Buffer input, Buffer output) {
 }
 
 void GlooCommunicator::do_reduce_scatter(Buffer input, Buffer output, ReduceOp op) {
-  // gloo has no unbound-buffer reduce-scatter: reduce a copy of the whole input with the ring
-  // allreduce and keep this rank's block.
-  if (output.count == 0) return;
-  std::vector<char> scratch(input.bytes());
-  std::memcpy(scratch.data(), input.data, input.bytes());
-  Buffer whole(scratch.data(), input.count, input.dtype);
-  if (size() > 1) {
-    guarded("reduce_scatter", [&] { allreduce_unbound(whole, op, GlooAllreduceAlgorithm::kRing); });
+  if (size() == 1) {
+    if (output.count > 0) std::memmove(output.data, input.data, output.bytes());
+    return;
   }
-  std::memcpy(output.data, scratch.data() + output.bytes() * rank(), output.bytes());
+  const auto detail = static_cast<std::uint32_t>(op);
+  guarded("reduce_scatter", [&] {
+    if (input.bytes() <= exchange_->max_payload_bytes()) {
+      exchange(CollectiveKind::kReduceScatter, output, detail, input.data, input.bytes());
+      const ReduceFn reduce = reduce_kernel(output.dtype, op);
+      const std::size_t offset = output.bytes() * rank();
+      std::memcpy(output.data, static_cast<const char*>(exchange_->payload_of(0)) + offset,
+                  output.bytes());
+      for (int peer = 1; peer < size(); ++peer) {
+        reduce(output.data, output.data,
+               static_cast<const char*>(exchange_->payload_of(peer)) + offset, output.count);
+      }
+      return;
+    }
+    // gloo has no unbound-buffer reduce-scatter: reduce a copy of the whole input with the
+    // ring allreduce and keep this rank's block.
+    exchange(CollectiveKind::kReduceScatter, output, detail, nullptr, 0);
+    std::vector<char> scratch(input.bytes());
+    std::memcpy(scratch.data(), input.data, input.bytes());
+    gloo_allreduce(Buffer(scratch.data(), input.count, input.dtype), op,
+                   GlooAllreduceAlgorithm::kRing);
+    std::memcpy(output.data, scratch.data() + output.bytes() * rank(), output.bytes());
+  });
   if (op == ReduceOp::kAvg) divide_in_place(output.data, output.count, output.dtype, size());
 }
 
 void GlooCommunicator::do_barrier() {
   if (size() == 1) return;
-  guarded("barrier", [&] {
-    gloo::BarrierOptions opts(context_);
-    opts.setTimeout(timeout());
-    gloo::barrier(opts);
-  });
+  // No rank leaves the exchange before it has heard from every other rank.
+  guarded("barrier", [&] { exchange(CollectiveKind::kBarrier, Buffer(), 0, nullptr, 0); });
 }
 
 }  // namespace ddp::detail

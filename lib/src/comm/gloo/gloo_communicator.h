@@ -1,32 +1,31 @@
 #pragma once
-// The Gloo-over-TCP backend: gloo's collectives on a full mesh of TCP pairs. The allreduce
-// algorithm is chosen per call by message size (see choose_allreduce_algorithm), since no single
-// gloo algorithm is best from 4 KiB to 64 MiB.
-#include <list>
+// The Gloo-over-TCP backend: gloo's transport and collectives on a full mesh of TCP pairs.
+// Every collective starts with a direct exchange of its signature among all ranks (see
+// GlooDirectExchange): small collectives travel inside that single exchange; large ones then
+// run gloo's bandwidth-optimal algorithms.
+#include <cstdint>
 #include <memory>
 #include <string>
 
+#include "comm/collective_signature.h"
+#include "comm/gloo/gloo_direct_exchange.h"
 #include "ddp/comm/communicator.h"
 #include "ddp/store.h"
 
-namespace gloo {
-class Algorithm;
-namespace rendezvous {
+namespace gloo::rendezvous {
 class Context;
 }
-}  // namespace gloo
 
 namespace ddp::detail {
 
 enum class GlooAllreduceAlgorithm {
-  kAuto,             // by size, see choose_allreduce_algorithm
-  kRing,             // gloo::allreduce, ring (bandwidth-optimal, segment pipelined)
-  kBcube,            // gloo::allreduce, bcube
-  kClassicRing,      // gloo::AllreduceRing (cached per buffer; lowest latency when small)
-  kHalvingDoubling,  // gloo::AllreduceHalvingDoubling (cached per buffer)
+  kAuto,    // by size, see choose_allreduce_algorithm
+  kDirect,  // one exchange of the data with every peer, reduced locally in rank order
+  kRing,    // gloo::allreduce, ring (bandwidth-optimal, segment pipelined)
+  kBcube,   // gloo::allreduce, bcube
 };
 
-// DDP_GLOO_ALGORITHM=auto|ring|bcube|classic_ring|halving_doubling (default auto).
+// DDP_GLOO_ALGORITHM=auto|direct|ring|bcube (default auto).
 GlooAllreduceAlgorithm gloo_algorithm_from_env();
 const char* to_string(GlooAllreduceAlgorithm algorithm);
 
@@ -53,24 +52,17 @@ class GlooCommunicator final : public Communicator {
   template <typename Fn>
   void guarded(const char* op, Fn&& fn);
 
-  void allreduce_unbound(Buffer buffer, ReduceOp op, GlooAllreduceAlgorithm algorithm);
-  void allreduce_classic(Buffer buffer, ReduceOp op, GlooAllreduceAlgorithm algorithm);
-
-  struct CachedAlgorithm {
-    void* data;
-    std::size_t count;
-    DataType dtype;
-    ReduceOp op;
-    GlooAllreduceAlgorithm algorithm;
-    std::unique_ptr<gloo::Algorithm> instance;
-  };
+  // Agrees on the collective with every peer, carrying `payload` along when given.
+  void exchange(CollectiveKind kind, const Buffer& buffer, std::uint32_t detail,
+                const void* payload, std::size_t payload_bytes);
+  void gloo_allreduce(Buffer buffer, ReduceOp op, GlooAllreduceAlgorithm algorithm);
+  // Reduces every rank's exchanged payload, in rank order, into `out`.
+  void reduce_exchanged(Buffer out, ReduceOp op) const;
 
   std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::unique_ptr<GlooDirectExchange> exchange_;
   GlooAllreduceAlgorithm forced_algorithm_;
-  // Classic gloo algorithms bind to one buffer and cost a handshake to build: keep the most
-  // recently used ones (DDP reuses its bucket buffers every step). Eviction is deterministic,
-  // so every rank keeps the same set.
-  std::list<CachedAlgorithm> classic_cache_;
+  std::uint64_t sequence_ = 0;
   std::string failure_;
 };
 

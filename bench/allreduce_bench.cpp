@@ -1,0 +1,159 @@
+// Allreduce bandwidth and latency, 4 KiB to 64 MiB, ddp's backends side by side with raw gloo
+// and libtorch's ProcessGroupGloo. Ranks are forked processes on this host; every variant runs
+// at every size before the next size starts, so a change of host placement during the run hits
+// all variants alike. Reports the median per-op time and nccl-tests' algbw/busbw
+// (busbw = algbw * 2(n-1)/n).
+//   allreduce_bench [--ranks=N] [google benchmark flags]
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "allreduce_variants.h"
+#include "ddp/comm/factory.h"
+#include "placement_probe.h"
+
+namespace ddp::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kSizes[] = {4u << 10, 16u << 10, 64u << 10, 256u << 10,
+                                  1u << 20, 4u << 20,  16u << 20, 64u << 20};
+
+// A local memcpy of the same bytes: the memory-bandwidth ceiling for any on-host allreduce.
+class MemcpyCeiling final : public AllreduceVariant {
+ public:
+  void prepare(float* data, std::size_t count) override {
+    src_ = data;
+    dst_.resize(count);
+  }
+  void run() override {
+    std::memcpy(dst_.data(), src_, dst_.size() * sizeof(float));
+    benchmark::ClobberMemory();
+  }
+
+ private:
+  const float* src_ = nullptr;
+  std::vector<float> dst_;
+};
+
+std::vector<VariantFactory> all_variants() {
+  std::vector<VariantFactory> v;
+  v.push_back({"memcpy_ceiling", [](auto, int, int) {
+                 return std::unique_ptr<AllreduceVariant>(new MemcpyCeiling());
+               }});
+  v.push_back(ddp_variant("ddp_gloo", "gloo"));
+  const auto backends = available_backends();
+  if (std::find(backends.begin(), backends.end(), "fabric") != backends.end()) {
+    v.push_back(ddp_variant("ddp_fabric_shm", "fabric", {{"DDP_FABRIC_PROVIDER", "shm"}}));
+    v.push_back(ddp_variant("ddp_fabric_tcp", "fabric", {{"DDP_FABRIC_PROVIDER", "tcp;ofi_rxm"}}));
+  }
+  for (auto& f : raw_gloo_variants()) v.push_back(std::move(f));
+  v.push_back(c10d_gloo_variant());
+  return v;
+}
+
+int iterations_for(std::size_t bytes) {
+  // About 128 MiB moved per benchmark, at least 10 and at most 200 operations.
+  return static_cast<int>(std::clamp<std::size_t>((128u << 20) / bytes, 10, 200));
+}
+
+void run_rank(int rank, int world, std::shared_ptr<Store> store, int argc, char** argv) {
+  auto factories = all_variants();
+  std::vector<std::unique_ptr<AllreduceVariant>> variants;
+  for (std::size_t i = 0; i < factories.size(); ++i) {
+    variants.push_back(
+        factories[i].make(store->with_prefix("variant" + std::to_string(i)), rank, world));
+  }
+  static std::vector<float> data(kSizes[std::size(kSizes) - 1] / sizeof(float), 1.0f);
+  for (std::size_t bytes : kSizes) {
+    for (std::size_t i = 0; i < variants.size(); ++i) {
+      AllreduceVariant* variant = variants[i].get();
+      const std::string name = factories[i].name + "/" + std::to_string(bytes >> 10) + "KiB";
+      benchmark::RegisterBenchmark(
+          name.c_str(),
+          [=](benchmark::State& state) {
+            variant->prepare(data.data(), bytes / sizeof(float));
+            std::vector<double> seconds;
+            seconds.reserve(state.max_iterations);
+            for (auto _ : state) {
+              const auto start = Clock::now();
+              variant->run();
+              seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+            }
+            std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
+            const double median = seconds[seconds.size() / 2];
+            const double algbw = bytes / median / 1e9;
+            state.counters["p50_us"] = median * 1e6;
+            state.counters["algbw_GBps"] = algbw;
+            state.counters["busbw_GBps"] = algbw * 2.0 * (world - 1) / world;
+            state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+          })
+          ->Iterations(iterations_for(bytes))
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("ranks", std::to_string(world));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+}
+
+}  // namespace
+}  // namespace ddp::bench
+
+int main(int argc, char** argv) {
+  int world = 2;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--ranks=", 8) == 0) {
+      world = std::max(2, std::atoi(argv[i] + 8));
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  int nargs = static_cast<int>(args.size());
+  // Measured before any thread exists, so the forked ranks share it.
+  auto probe = ddp::bench::PlacementProbe::create();
+  auto server = ddp::Store::host(0, std::chrono::minutes(5));
+  const int port = server->port();
+  std::vector<pid_t> children;
+  for (int rank = 1; rank < world; ++rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (!freopen("/dev/null", "w", stdout)) _exit(1);
+      if (rank == 1) probe.respond();
+      auto store = ddp::Store::connect("127.0.0.1", port, std::chrono::minutes(5));
+      ddp::bench::run_rank(rank, world, store, nargs, args.data());
+      std::fflush(nullptr);
+      _exit(0);
+    }
+    children.push_back(pid);
+  }
+  const double rtt_us = probe.measure_round_trip_us();
+  std::printf("inter-core round trip: %.2f us (%s placement)\n", rtt_us,
+              rtt_us < 1.8 ? "near" : "far");
+  benchmark::AddCustomContext("intercore_rtt_us", std::to_string(rtt_us));
+  ddp::bench::run_rank(0, world, server, nargs, args.data());
+  int failed = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  }
+  return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,60 @@
+#include "comm/collective_signature.h"
+
+namespace ddp::detail {
+
+CollectiveSignature CollectiveSignature::make(CollectiveKind kind, DataType dtype,
+                                              std::uint64_t count, std::uint32_t detail,
+                                              std::uint64_t sequence) {
+  CollectiveSignature s;
+  s.kind = kind;
+  s.dtype = static_cast<std::uint32_t>(dtype);
+  s.count = count;
+  s.detail = detail;
+  s.sequence = sequence;
+  return s;
+}
+
+bool CollectiveSignature::agrees_with(const CollectiveSignature& o) const {
+  return magic == o.magic && kind == o.kind && dtype == o.dtype && detail == o.detail &&
+         count == o.count && sequence == o.sequence;
+}
+
+const char* to_string(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllreduce:
+      return "allreduce";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
+    case CollectiveKind::kAllgather:
+      return "allgather";
+    case CollectiveKind::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::kBarrier:
+      return "barrier";
+  }
+  return "unknown collective";
+}
+
+std::string describe(const CollectiveSignature& s) {
+  if (s.magic != CollectiveSignature::kMagic) return "a message that is not a ddp collective";
+  std::string text = std::string(to_string(s.kind)) + "(";
+  if (s.kind == CollectiveKind::kAllreduce || s.kind == CollectiveKind::kReduceScatter) {
+    text += std::string(to_string(static_cast<ReduceOp>(s.detail))) + ", ";
+  } else if (s.kind == CollectiveKind::kBroadcast) {
+    text += "root " + std::to_string(s.detail) + ", ";
+  }
+  if (s.kind != CollectiveKind::kBarrier) {
+    text += std::string(to_string(static_cast<DataType>(s.dtype))) + " x " +
+            std::to_string(s.count) + ", ";
+  }
+  return text + "#" + std::to_string(s.sequence) + ")";
+}
+
+std::string mismatch_message(const CollectiveSignature& mine, const CollectiveSignature& theirs,
+                             int peer) {
+  return "rank " + std::to_string(peer) + " issued " + describe(theirs) +
+         " while this rank issued " + describe(mine) +
+         "; every rank must issue the same collectives, in the same order, with the same sizes";
+}
+
+}  // namespace ddp::detail

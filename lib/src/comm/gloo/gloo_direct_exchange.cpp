@@ -1,0 +1,83 @@
+#include "comm/gloo/gloo_direct_exchange.h"
+
+#include <cstring>
+
+#include <gloo/common/error.h>
+#include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include "ddp/error.h"
+
+namespace ddp::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds remaining(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
+
+}  // namespace
+
+GlooDirectExchange::GlooDirectExchange(std::shared_ptr<gloo::Context> context,
+                                       std::size_t max_payload_bytes)
+    : context_(std::move(context)),
+      max_payload_(max_payload_bytes),
+      // Every receive is posted with the full slot size, so a peer that sends more than this
+      // rank expects still lands inside the slot and is reported as a mismatch (gloo aborts
+      // the process when a message is larger than the posted receive).
+      slot_bytes_(sizeof(CollectiveSignature) + max_payload_bytes),
+      send_storage_(slot_bytes_),
+      recv_storage_(slot_bytes_ * context_->size) {
+  send_buffer_ = context_->createUnboundBuffer(send_storage_.data(), send_storage_.size());
+  recv_buffer_ = context_->createUnboundBuffer(recv_storage_.data(), recv_storage_.size());
+}
+
+GlooDirectExchange::~GlooDirectExchange() = default;
+
+char* GlooDirectExchange::slot_of(int peer) const {
+  return const_cast<char*>(recv_storage_.data()) + slot_bytes_ * peer;
+}
+
+const void* GlooDirectExchange::payload_of(int peer) const {
+  return slot_of(peer) + sizeof(CollectiveSignature);
+}
+
+void GlooDirectExchange::run(const CollectiveSignature& mine, const void* payload,
+                             std::size_t payload_bytes, std::chrono::milliseconds timeout) {
+  const int rank = context_->rank;
+  const int size = context_->size;
+  CollectiveSignature header = mine;
+  header.payload_bytes = payload_bytes;
+  std::memcpy(send_storage_.data(), &header, sizeof(header));
+  if (payload_bytes > 0) {
+    std::memcpy(send_storage_.data() + sizeof(header), payload, payload_bytes);
+  }
+  // Our own slot mirrors what we send, so callers can read every rank's payload uniformly.
+  std::memcpy(slot_of(rank), send_storage_.data(), sizeof(header) + payload_bytes);
+
+  const auto deadline = Clock::now() + timeout;
+  const uint64_t slot = context_->nextSlot();
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    recv_buffer_->recv(peer, slot, slot_bytes_ * peer, slot_bytes_);
+  }
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    send_buffer_->send(peer, slot, 0, sizeof(header) + payload_bytes);
+  }
+  for (int i = 0; i < size - 1; ++i) recv_buffer_->waitRecv(nullptr, remaining(deadline));
+  for (int i = 0; i < size - 1; ++i) send_buffer_->waitSend(nullptr, remaining(deadline));
+
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    CollectiveSignature theirs;
+    std::memcpy(&theirs, slot_of(peer), sizeof(theirs));
+    if (!theirs.agrees_with(header)) {
+      throw CommError(to_string(header.kind), rank, peer, mismatch_message(header, theirs, peer));
+    }
+  }
+}
+
+}  // namespace ddp::detail

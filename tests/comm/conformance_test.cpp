@@ -1,0 +1,412 @@
+// The conformance suite every communicator backend must pass, parametrised by backend and world
+// size. Ranks are real forked processes on loopback. Data is integer-valued so every result is
+// exact in every dtype, including bfloat16 and float16.
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ddp/comm/factory.h"
+#include "ddp/error.h"
+#include "multiprocess.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::require;
+
+constexpr DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16,
+                                  DataType::kFloat16, DataType::kInt32,   DataType::kInt64};
+constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax};
+// 0, 1, odd, and odd sizes that cross the backends' small/large algorithm switch.
+constexpr std::size_t kSizes[] = {0, 1, 17, 4099, 300007};
+constexpr std::size_t k64MiBFloats = 64u << 18;
+
+// Values are stored as double and converted to/from the element type, exactly.
+void store_value(const Buffer& b, std::size_t i, double v) {
+  switch (b.dtype) {
+    case DataType::kFloat32:
+      static_cast<float*>(b.data)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFloat64:
+      static_cast<double*>(b.data)[i] = v;
+      break;
+    case DataType::kBFloat16:
+      static_cast<c10::BFloat16*>(b.data)[i] = c10::BFloat16(static_cast<float>(v));
+      break;
+    case DataType::kFloat16:
+      static_cast<c10::Half*>(b.data)[i] = c10::Half(static_cast<float>(v));
+      break;
+    case DataType::kInt32:
+      static_cast<std::int32_t*>(b.data)[i] = static_cast<std::int32_t>(v);
+      break;
+    case DataType::kInt64:
+      static_cast<std::int64_t*>(b.data)[i] = static_cast<std::int64_t>(v);
+      break;
+  }
+}
+
+double load_value(const Buffer& b, std::size_t i) {
+  switch (b.dtype) {
+    case DataType::kFloat32:
+      return static_cast<float*>(b.data)[i];
+    case DataType::kFloat64:
+      return static_cast<double*>(b.data)[i];
+    case DataType::kBFloat16:
+      return static_cast<float>(static_cast<c10::BFloat16*>(b.data)[i]);
+    case DataType::kFloat16:
+      return static_cast<float>(static_cast<c10::Half*>(b.data)[i]);
+    case DataType::kInt32:
+      return static_cast<std::int32_t*>(b.data)[i];
+    case DataType::kInt64:
+      return static_cast<double>(static_cast<std::int64_t*>(b.data)[i]);
+  }
+  return 0;
+}
+
+bool is_integer(DataType t) { return t == DataType::kInt32 || t == DataType::kInt64; }
+
+// Rank r contributes (r + 1) * pattern(i): small integers, exact in bfloat16 up to 8 ranks.
+double pattern(std::size_t i) { return static_cast<double>(i % 7 + 1); }
+double contribution(int rank, std::size_t i) { return (rank + 1) * pattern(i); }
+
+double expected_reduction(ReduceOp op, DataType t, int size, std::size_t i) {
+  const double sum = pattern(i) * size * (size + 1) / 2;
+  switch (op) {
+    case ReduceOp::kSum:
+      return sum;
+    case ReduceOp::kAvg:
+      return is_integer(t) ? static_cast<double>(static_cast<std::int64_t>(sum) / size)
+                           : sum / size;
+    case ReduceOp::kMin:
+      return pattern(i);
+    case ReduceOp::kMax:
+      return pattern(i) * size;
+  }
+  return 0;
+}
+
+struct TypedStorage {
+  std::vector<std::uint64_t> words;
+  Buffer buffer;
+  TypedStorage(std::size_t n, DataType t) : words(n + 1) { buffer = Buffer(words.data(), n, t); }
+};
+
+std::string where(const char* op, ReduceOp rop, DataType t, std::size_t n) {
+  return std::string(op) + " " + to_string(rop) + " " + to_string(t) + " n=" + std::to_string(n);
+}
+
+// `context` is only evaluated on failure: these checks run once per element.
+template <typename Context>
+void expect_equal(const Buffer& b, std::size_t i, double expected, Context&& context) {
+  const double got = load_value(b, i);
+  if (got == expected) return;
+  require(false, std::string(context()) + ": element " + std::to_string(i) + " is " +
+                     std::to_string(got) + ", expected " + std::to_string(expected));
+}
+
+struct Param {
+  std::string backend;
+  int world_size;
+};
+
+class Conformance : public ::testing::TestWithParam<Param> {
+ protected:
+  static testing::TestStoreServer& server() {
+    static testing::TestStoreServer instance;
+    return instance;
+  }
+  const std::string& backend() const { return GetParam().backend; }
+  int world() const { return GetParam().world_size; }
+
+  void run(const std::function<void(Communicator&)>& body, CommOptions options = short_timeout(),
+           std::chrono::milliseconds deadline = 120s) {
+    auto outcomes =
+        testing::run_with_communicators(server(), backend(), world(), options, deadline, body);
+    EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+  }
+  static CommOptions short_timeout() {
+    CommOptions o;
+    o.timeout = 20s;
+    return o;
+  }
+};
+
+TEST_P(Conformance, AllreduceEveryOpTypeAndSize) {
+  run([](Communicator& comm) {
+    for (DataType t : kAllTypes) {
+      for (ReduceOp op : kAllOps) {
+        for (std::size_t n : kSizes) {
+          TypedStorage s(n, t);
+          for (std::size_t i = 0; i < n; ++i)
+            store_value(s.buffer, i, contribution(comm.rank(), i));
+          comm.allreduce(s.buffer, op);
+          for (std::size_t i = 0; i < n; ++i) {
+            expect_equal(s.buffer, i, expected_reduction(op, t, comm.size(), i),
+                         [&] { return where("allreduce", op, t, n); });
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_P(Conformance, Allreduce64MiB) {
+  run([](Communicator& comm) {
+    std::vector<float> data(k64MiBFloats);
+    for (std::size_t i = 0; i < data.size(); ++i)
+      data[i] = static_cast<float>(contribution(comm.rank(), i));
+    comm.allreduce(data, ReduceOp::kSum);
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      if (data[i] != static_cast<float>(
+                         expected_reduction(ReduceOp::kSum, DataType::kFloat32, comm.size(), i))) {
+        require(false, "64 MiB allreduce wrong at element " + std::to_string(i));
+      }
+    }
+  });
+}
+
+TEST_P(Conformance, BroadcastFromEveryRoot) {
+  run([](Communicator& comm) {
+    for (DataType t : kAllTypes) {
+      for (std::size_t n : kSizes) {
+        for (int root = 0; root < comm.size(); ++root) {
+          TypedStorage s(n, t);
+          for (std::size_t i = 0; i < n; ++i)
+            store_value(s.buffer, i, contribution(comm.rank(), i));
+          comm.broadcast(s.buffer, root);
+          for (std::size_t i = 0; i < n; ++i) {
+            expect_equal(s.buffer, i, contribution(root, i), [&] {
+              return "broadcast root " + std::to_string(root) + " " + to_string(t);
+            });
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_P(Conformance, AllgatherPlacesEachRanksBlock) {
+  run([](Communicator& comm) {
+    for (DataType t : kAllTypes) {
+      for (std::size_t n : kSizes) {
+        TypedStorage in(n, t);
+        TypedStorage out(n * comm.size(), t);
+        for (std::size_t i = 0; i < n; ++i) store_value(in.buffer, i, contribution(comm.rank(), i));
+        comm.allgather(in.buffer, out.buffer);
+        for (int r = 0; r < comm.size(); ++r) {
+          for (std::size_t i = 0; i < n; ++i) {
+            expect_equal(out.buffer, r * n + i, contribution(r, i), [&] {
+              return std::string("allgather ") + to_string(t) + " block " + std::to_string(r);
+            });
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_P(Conformance, ReduceScatterEveryOpAndType) {
+  run([](Communicator& comm) {
+    for (DataType t : kAllTypes) {
+      for (ReduceOp op : kAllOps) {
+        for (std::size_t n : kSizes) {
+          if (n > 4099) continue;  // per-rank block; the whole input is size() times larger
+          TypedStorage in(n * comm.size(), t);
+          TypedStorage out(n, t);
+          for (std::size_t i = 0; i < n * comm.size(); ++i) {
+            store_value(in.buffer, i, contribution(comm.rank(), i));
+          }
+          comm.reduce_scatter(in.buffer, out.buffer, op);
+          for (std::size_t i = 0; i < n; ++i) {
+            expect_equal(out.buffer, i, expected_reduction(op, t, comm.size(), comm.rank() * n + i),
+                         [&] { return where("reduce_scatter", op, t, n); });
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_P(Conformance, BarrierWaitsForTheLastRank) {
+  testing::SharedMemory shared(sizeof(int));
+  int* arrived = shared.as<int>();
+  *arrived = 0;
+  run([&](Communicator& comm) {
+    for (int round = 1; round <= 3; ++round) {
+      if (comm.rank() == comm.size() - 1) {
+        std::this_thread::sleep_for(100ms);
+        __atomic_store_n(arrived, round, __ATOMIC_SEQ_CST);
+      }
+      comm.barrier();
+      require(
+          __atomic_load_n(arrived, __ATOMIC_SEQ_CST) >= round,
+          "barrier returned before the last rank arrived (round " + std::to_string(round) + ")");
+      comm.barrier();  // keeps the next round's write after every rank's check
+    }
+  });
+}
+
+TEST_P(Conformance, AsyncOpsCompleteInIssueOrder) {
+  run([](Communicator& comm) {
+    constexpr int kOps = 8;
+    std::vector<std::vector<float>> buffers(kOps);
+    std::vector<Work> works;
+    for (int k = 0; k < kOps; ++k) {
+      buffers[k].assign(1000 + 37 * k, static_cast<float>(comm.rank() + k));
+      works.push_back(comm.allreduce_async(buffers[k], ReduceOp::kSum));
+    }
+    std::vector<float> gathered(comm.size());
+    float mine = static_cast<float>(comm.rank());
+    Work gather = comm.allgather_async(Buffer(&mine, 1), Buffer(gathered.data(), gathered.size()));
+    // A blocking call issued behind queued async ones must still run after them.
+    std::vector<float> sync_data(5, 1.0f);
+    comm.allreduce(sync_data, ReduceOp::kSum);
+    for (int k = kOps - 1; k >= 0; --k) works[k].wait();  // out of order is allowed
+    gather.wait();
+    comm.barrier_async().wait();
+    const int n = comm.size();
+    for (int k = 0; k < kOps; ++k) {
+      const float expected = static_cast<float>(n * (n - 1) / 2 + n * k);
+      for (float v : buffers[k]) require(v == expected, "async allreduce " + std::to_string(k));
+      require(works[k].completed(), "completed() false after wait()");
+    }
+    for (int r = 0; r < n; ++r) require(gathered[r] == r, "async allgather");
+    for (float v : sync_data) require(v == n, "sync allreduce behind async ones");
+  });
+}
+
+TEST_P(Conformance, InvalidArgumentsFailLocallyWithContext) {
+  run([](Communicator& comm) {
+    std::vector<float> in(4), out(4 * comm.size() + 1);
+    try {
+      comm.allgather(in, out);
+      require(false, "allgather with a wrong output size did not throw");
+    } catch (const CommError& e) {
+      require(std::string(e.what()).find("allgather") != std::string::npos, e.what());
+      require(e.rank() == comm.rank(), "CommError carries the wrong rank");
+    }
+    try {
+      comm.broadcast(in, comm.size());
+      require(false, "broadcast from an invalid root did not throw");
+    } catch (const CommError& e) {
+      require(std::string(e.what()).find("root") != std::string::npos, e.what());
+    }
+    std::vector<double> wrong_type(4);
+    try {
+      comm.allgather(in, Buffer(wrong_type.data(), 4 * comm.size()));
+      require(false, "allgather across element types did not throw");
+    } catch (const CommError&) {
+    }
+    comm.barrier();  // the communicator is still usable after local argument errors
+  });
+}
+
+// Every rank must fail with a CommError naming the op within the timeout: no hang, no garbage.
+TEST_P(Conformance, MismatchedSizesFailClearly) {
+  if (world() == 1) GTEST_SKIP() << "a single rank has no peer to disagree with";
+  CommOptions options;
+  options.timeout = 3s;
+  for (std::size_t base : {std::size_t{64}, std::size_t{1} << 20}) {
+    run(
+        [&](Communicator& comm) {
+          std::vector<float> data(base + comm.rank() * 3, 1.0f);
+          try {
+            comm.allreduce(data, ReduceOp::kSum);
+          } catch (const CommError& e) {
+            require(std::string(e.what()).find("allreduce") != std::string::npos, e.what());
+            return;
+          }
+          require(false, "allreduce with mismatched sizes (" + std::to_string(data.size()) +
+                             " elements here) did not fail");
+        },
+        options, 30s);
+  }
+}
+
+// A peer killed in the middle of a large allreduce: the survivors fail within the timeout.
+TEST_P(Conformance, PeerKilledMidOpFailsSurvivors) {
+  if (world() == 1) GTEST_SKIP() << "a single rank has no peer to lose";
+  CommOptions options;
+  options.timeout = 3s;
+  const int victim = world() - 1;
+  auto outcomes = testing::run_with_communicators(
+      server(), backend(), world(), options, 30s, [&](Communicator& comm) {
+        std::vector<float> warmup(1024, 1.0f);
+        comm.allreduce(warmup, ReduceOp::kSum);
+        std::vector<float> big(16u << 20, 1.0f);
+        if (comm.rank() == victim) {
+          Work w = comm.allreduce_async(big, ReduceOp::kSum);
+          std::this_thread::sleep_for(2ms);
+          raise(SIGKILL);
+        }
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          for (int i = 0; i < 3; ++i) comm.allreduce(big, ReduceOp::kSum);
+        } catch (const CommError& e) {
+          const auto waited = std::chrono::steady_clock::now() - start;
+          require(waited < options.timeout + 2s,
+                  "survivor failed only after " +
+                      std::to_string(
+                          std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
+                      " ms");
+          return;
+        }
+        require(false, "allreduce succeeded although a peer was killed");
+      });
+  for (const auto& o : outcomes) {
+    if (o.rank == victim) {
+      EXPECT_EQ(o.signal, SIGKILL) << testing::describe(o);
+    } else {
+      EXPECT_EQ(o.exit_code, 0) << testing::describe(o);
+      EXPECT_FALSE(o.killed_at_deadline) << testing::describe(o);
+    }
+  }
+}
+
+// A peer that never joins the collective: the others get a TimeoutError, not a hang.
+TEST_P(Conformance, AbsentPeerTimesOut) {
+  if (world() == 1) GTEST_SKIP() << "a single rank has no peer to wait for";
+  CommOptions options;
+  options.timeout = 2s;
+  run(
+      [&](Communicator& comm) {
+        if (comm.rank() == 0) {
+          std::this_thread::sleep_for(options.timeout + 1s);
+          return;
+        }
+        std::vector<float> data(1000, 1.0f);
+        try {
+          comm.allreduce(data, ReduceOp::kSum);
+        } catch (const CommError& e) {
+          return;
+        }
+        require(false, "allreduce without rank 0 did not time out");
+      },
+      options, 30s);
+}
+
+std::vector<Param> all_params() {
+  std::vector<Param> params;
+  for (const auto& backend : available_backends()) {
+    for (int world : {1, 2, 3, 4, 8}) params.push_back({backend, world});
+  }
+  return params;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::ValuesIn(all_params()),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return info.param.backend + "_world" +
+                                  std::to_string(info.param.world_size);
+                         });
+
+}  // namespace
+}  // namespace ddp

@@ -1,0 +1,61 @@
+#include "ddp/comm/factory.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#include <gtest/gtest.h>
+
+#include "ddp/comm/types.h"
+#include "ddp/error.h"
+#include "ddp/store.h"
+
+#include <ATen/ATen.h>
+
+namespace ddp {
+namespace {
+
+TEST(Factory, GlooIsAlwaysAvailable) {
+  auto names = available_backends();
+  EXPECT_NE(std::find(names.begin(), names.end(), "gloo"), names.end());
+}
+
+TEST(Factory, UnknownBackendListsTheChoices) {
+  setenv("DDP_BACKEND", "nccl", 1);
+  try {
+    backend_from_env();
+    FAIL() << "DDP_BACKEND=nccl accepted";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("DDP_BACKEND='nccl'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("gloo"), std::string::npos) << msg;
+  }
+  unsetenv("DDP_BACKEND");
+  EXPECT_EQ(backend_from_env(), "gloo");
+}
+
+TEST(Factory, SingleRankCommunicatorWorksWithoutPeers) {
+  auto store = Store::host(0, std::chrono::seconds(5));
+  for (const auto& backend : available_backends()) {
+    auto comm = create_communicator(backend, store->with_prefix(backend), 0, 1);
+    std::vector<float> v{1, 2, 3};
+    comm->allreduce(v, ReduceOp::kAvg);
+    EXPECT_EQ(v, (std::vector<float>{1, 2, 3})) << backend;
+    EXPECT_STREQ(comm->backend_name(), backend.c_str());
+  }
+}
+
+TEST(Buffer, FromTensorChecksLayoutAndType) {
+  auto t = at::arange(6, at::kFloat);
+  Buffer b(t);
+  EXPECT_EQ(b.count, 6u);
+  EXPECT_EQ(b.dtype, DataType::kFloat32);
+  EXPECT_EQ(b.data, t.data_ptr());
+  EXPECT_EQ(Buffer(at::zeros({2}, at::kBFloat16)).dtype, DataType::kBFloat16);
+  EXPECT_THROW(Buffer(at::zeros({4, 4}).t()), Error);              // non-contiguous
+  EXPECT_THROW(Buffer(at::zeros({4}, at::kComplexFloat)), Error);  // unsupported dtype
+  EXPECT_THROW(Buffer(at::Tensor()), Error);
+}
+
+}  // namespace
+}  // namespace ddp

@@ -1,0 +1,76 @@
+#include "comm/reduce_kernels.h"
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cstdint>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "comm/collective_signature.h"
+
+namespace ddp::detail {
+namespace {
+
+template <typename T>
+std::vector<T> apply(DataType t, ReduceOp op, std::vector<T> a, const std::vector<T>& b) {
+  reduce_kernel(t, op)(a.data(), a.data(), b.data(), a.size());
+  return a;
+}
+
+TEST(ReduceKernels, NativeTypesSumMinMax) {
+  // 1027 elements: exercises the vectorised body and the scalar tail.
+  std::vector<float> a(1027), b(1027);
+  for (int i = 0; i < 1027; ++i) {
+    a[i] = static_cast<float>(i);
+    b[i] = static_cast<float>(1027 - i);
+  }
+  auto sum = apply(DataType::kFloat32, ReduceOp::kSum, a, b);
+  auto mn = apply(DataType::kFloat32, ReduceOp::kMin, a, b);
+  auto mx = apply(DataType::kFloat32, ReduceOp::kMax, a, b);
+  for (int i = 0; i < 1027; ++i) {
+    EXPECT_EQ(sum[i], 1027.0f);
+    EXPECT_EQ(mn[i], std::min(a[i], b[i]));
+    EXPECT_EQ(mx[i], std::max(a[i], b[i]));
+  }
+  auto i64 = apply<std::int64_t>(DataType::kInt64, ReduceOp::kSum, {1LL << 40, -5}, {1, 7});
+  EXPECT_EQ(i64, (std::vector<std::int64_t>{(1LL << 40) + 1, 2}));
+}
+
+TEST(ReduceKernels, HalfTypesRoundTripThroughFloat) {
+  std::vector<c10::BFloat16> a(600, c10::BFloat16(1.5f)), b(600, c10::BFloat16(2.0f));
+  auto sum = apply(DataType::kBFloat16, ReduceOp::kSum, a, b);
+  for (auto v : sum) EXPECT_EQ(static_cast<float>(v), 3.5f);
+  std::vector<c10::Half> h(3, c10::Half(-1.0f)), g(3, c10::Half(4.0f));
+  auto mx = apply(DataType::kFloat16, ReduceOp::kMax, h, g);
+  for (auto v : mx) EXPECT_EQ(static_cast<float>(v), 4.0f);
+}
+
+TEST(ReduceKernels, AverageUsesTheSumKernelThenDivides) {
+  std::vector<double> a{2, 4}, b{4, 8};
+  auto sum = apply(DataType::kFloat64, ReduceOp::kAvg, a, b);
+  divide_in_place(sum.data(), sum.size(), DataType::kFloat64, 2);
+  EXPECT_EQ(sum, (std::vector<double>{3, 6}));
+  std::vector<std::int32_t> ints{7, -7};
+  divide_in_place(ints.data(), ints.size(), DataType::kInt32, 2);
+  EXPECT_EQ(ints, (std::vector<std::int32_t>{3, -3}));  // truncates toward zero, like C++
+}
+
+TEST(CollectiveSignature, DescribesBothSidesOfAMismatch) {
+  auto mine = CollectiveSignature::make(CollectiveKind::kAllreduce, DataType::kFloat32, 64,
+                                        static_cast<std::uint32_t>(ReduceOp::kSum), 12);
+  auto theirs = mine;
+  theirs.count = 67;
+  EXPECT_FALSE(mine.agrees_with(theirs));
+  const auto msg = mismatch_message(mine, theirs, 3);
+  EXPECT_NE(msg.find("rank 3 issued allreduce(sum, float32 x 67, #12)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("this rank issued allreduce(sum, float32 x 64, #12)"), std::string::npos)
+      << msg;
+  theirs = mine;
+  theirs.payload_bytes = 999;  // payload size is not part of the agreement
+  EXPECT_TRUE(mine.agrees_with(theirs));
+}
+
+}  // namespace
+}  // namespace ddp::detail

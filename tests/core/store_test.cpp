@@ -1,0 +1,93 @@
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "ddp/error.h"
+#include "ddp/store.h"
+#include "net/local_address.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(Store, SetGetAddAcrossClients) {
+  auto server = Store::host(0, 5s);
+  auto client = Store::connect("127.0.0.1", server->port(), 5s);
+  server->set("k", std::string("v\0w", 3));
+  EXPECT_EQ(client->get("k"), std::string("v\0w", 3));
+  EXPECT_EQ(client->add("n", 2), 2);
+  EXPECT_EQ(server->add("n", 3), 5);
+  EXPECT_TRUE(client->check({"k", "n"}));
+  EXPECT_FALSE(client->check({"missing"}));
+  EXPECT_TRUE(client->remove("k"));
+  EXPECT_FALSE(client->check({"k"}));
+}
+
+TEST(Store, PrefixesSeparateKeySpaces) {
+  auto server = Store::host(0, 5s);
+  auto a = server->with_prefix("a");
+  auto b = server->with_prefix("b");
+  a->set("x", "1");
+  b->set("x", "2");
+  EXPECT_EQ(a->get("x"), "1");
+  EXPECT_EQ(b->get("x"), "2");
+  EXPECT_EQ(server->get("a/x"), "1");
+  EXPECT_EQ(a->with_prefix("inner")->prefix(), "a/inner");
+}
+
+TEST(Store, CompareSetOnlyReplacesTheExpectedValue) {
+  auto server = Store::host(0, 5s);
+  EXPECT_EQ(server->compare_set("leader", "", "rank0"), "rank0");
+  EXPECT_EQ(server->compare_set("leader", "", "rank1"), "rank0");
+  EXPECT_EQ(server->compare_set("leader", "rank0", "rank2"), "rank2");
+}
+
+TEST(Store, GetOfAMissingKeyTimesOutWithTheKeyInTheMessage) {
+  auto server = Store::host(0, 300ms);
+  try {
+    server->get("never-set");
+    FAIL() << "get of a missing key returned";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("never-set"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Store, WaitReturnsOnceAnotherClientSetsTheKey) {
+  auto server = Store::host(0, 5s);
+  auto client = Store::connect("127.0.0.1", server->port(), 5s);
+  std::thread setter([&] {
+    std::this_thread::sleep_for(50ms);
+    server->set("ready", "1");
+  });
+  EXPECT_NO_THROW(client->wait({"ready"}, 5s));
+  setter.join();
+}
+
+TEST(Store, UnreachableStoreFailsWithinTheTimeoutNamingTheEndpoint) {
+  // Port 1 on loopback is never served here; the connect must give up, not hang.
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    Store::connect("127.0.0.1", 1, 1s);
+    FAIL() << "connect to a closed port succeeded";
+  } catch (const StoreError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("127.0.0.1:1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("MASTER_ADDR"), std::string::npos) << msg;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+}
+
+TEST(LocalAddress, LoopbackRoutesThroughLoopback) {
+  EXPECT_EQ(net::local_address_towards("127.0.0.1"), "127.0.0.1");
+  EXPECT_TRUE(net::is_loopback("127.0.1.1"));
+  EXPECT_FALSE(net::is_loopback("10.0.0.1"));
+}
+
+TEST(LocalAddress, UnresolvableHostIsAConfigError) {
+  EXPECT_THROW(net::local_address_towards("no-such-host.invalid"), ConfigError);
+}
+
+}  // namespace
+}  // namespace ddp

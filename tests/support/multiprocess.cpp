@@ -1,0 +1,181 @@
+#include "multiprocess.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <stdexcept>
+#include <thread>
+
+#include "ddp/comm/factory.h"
+#include "ddp/log.h"
+
+namespace ddp::testing {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<RankOutcome> run_ranks(int world_size, std::chrono::milliseconds deadline,
+                                   const std::function<void(int rank)>& body) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t parent = getpid();
+  const auto start = Clock::now();
+  std::vector<RankOutcome> outcomes(world_size);
+  for (int rank = 0; rank < world_size; ++rank) {
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(98);  // the parent is already gone
+      int code = 0;
+      try {
+        body(rank);
+      } catch (const std::exception& e) {
+        std::cerr << "[rank " << rank << "] FAILED: " << e.what() << std::endl;
+        code = 1;
+      } catch (...) {
+        std::cerr << "[rank " << rank << "] FAILED: unknown exception" << std::endl;
+        code = 1;
+      }
+      std::fflush(stdout);
+      std::fflush(stderr);
+      // _exit: the child must not run the parent's atexit handlers or static destructors.
+      _exit(code);
+    }
+    outcomes[rank].rank = rank;
+    outcomes[rank].pid = pid;
+  }
+  int running = world_size;
+  while (running > 0) {
+    for (auto& o : outcomes) {
+      if (o.pid == 0) continue;
+      int status = 0;
+      const pid_t done = waitpid(o.pid, &status, WNOHANG);
+      if (done != o.pid) continue;
+      o.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+      if (WIFEXITED(status)) o.exit_code = WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) o.signal = WTERMSIG(status);
+      o.pid = -o.pid;  // reaped; keep the value for messages
+      --running;
+    }
+    if (running == 0) break;
+    if (Clock::now() - start > deadline) {
+      for (auto& o : outcomes) {
+        if (o.pid <= 0) continue;
+        kill(o.pid, SIGKILL);
+        waitpid(o.pid, nullptr, 0);
+        o.killed_at_deadline = true;
+        o.signal = SIGKILL;
+        o.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+        o.pid = -o.pid;
+        --running;
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (auto& o : outcomes) o.pid = -o.pid;
+  return outcomes;
+}
+
+std::string describe(const RankOutcome& o) {
+  std::string text = "rank " + std::to_string(o.rank) + " (pid " + std::to_string(o.pid) + ")";
+  if (o.killed_at_deadline) return text + " still running at the deadline and was killed";
+  if (o.signal != 0) return text + " died from signal " + std::to_string(o.signal);
+  return text + " exited with " + std::to_string(o.exit_code) + " after " +
+         std::to_string(o.elapsed.count()) + " ms";
+}
+
+::testing::AssertionResult all_ranks_succeeded(const std::vector<RankOutcome>& outcomes) {
+  std::string failures;
+  for (const auto& o : outcomes) {
+    if (o.exit_code != 0 || o.signal != 0 || o.killed_at_deadline) {
+      failures += "\n  " + describe(o);
+    }
+  }
+  if (failures.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "ranks failed (their stderr is above):" << failures;
+}
+
+TestStoreServer::TestStoreServer() {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  std::fflush(nullptr);
+  server_pid_ = fork();
+  if (server_pid_ < 0) throw std::runtime_error("fork failed");
+  if (server_pid_ == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(fds[0]);
+    auto server = Store::host(0, std::chrono::seconds(30));
+    const int port = server->port();
+    if (write(fds[1], &port, sizeof(port)) != sizeof(port)) _exit(1);
+    close(fds[1]);
+    while (true) pause();  // serve until killed
+  }
+  close(fds[1]);
+  const ssize_t got = read(fds[0], &port_, sizeof(port_));
+  close(fds[0]);
+  if (got != sizeof(port_)) {
+    kill(server_pid_, SIGKILL);
+    waitpid(server_pid_, nullptr, 0);
+    throw std::runtime_error("the test store server did not start");
+  }
+}
+
+TestStoreServer::~TestStoreServer() {
+  kill(server_pid_, SIGKILL);
+  waitpid(server_pid_, nullptr, 0);
+}
+
+std::string TestStoreServer::next_group_prefix() { return "group" + std::to_string(groups_++); }
+
+std::shared_ptr<Store> TestStoreServer::connect_client(const std::string& prefix) const {
+  return Store::connect("127.0.0.1", port_, std::chrono::seconds(30))->with_prefix(prefix);
+}
+
+std::vector<RankOutcome> run_with_communicators(
+    TestStoreServer& server, const std::string& backend, int world_size, const CommOptions& options,
+    std::chrono::milliseconds deadline, const std::function<void(Communicator& comm)>& body) {
+  const std::string prefix = server.next_group_prefix();
+  return run_ranks(world_size, deadline, [&](int rank) {
+    log::set_rank(rank);
+    auto store = server.connect_client(prefix);
+    auto comm = create_communicator(backend, store, rank, world_size, options);
+    body(*comm);
+  });
+}
+
+int free_tcp_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    throw std::runtime_error("could not find a free loopback port");
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+void require(bool condition, const std::string& message) {
+  if (!condition) throw std::runtime_error(message);
+}
+
+SharedMemory::SharedMemory(std::size_t bytes) : bytes_(bytes) {
+  data_ = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (data_ == MAP_FAILED) throw std::runtime_error("mmap of shared test memory failed");
+}
+
+SharedMemory::~SharedMemory() { munmap(data_, bytes_); }
+
+}  // namespace ddp::testing
