@@ -1,13 +1,17 @@
 // The pieces of fabric bring-up that need no fabric: provider choice, host identity, and the
 // address records exchanged through the store.
 #include <gtest/gtest.h>
+
 #include <sys/wait.h>
 #include <unistd.h>
+#include <filesystem>
+#include <fstream>
 
 #include "comm/fabric/address_exchange.h"
 #include "comm/fabric/host_identity.h"
 #include "comm/fabric/peer_liveness.h"
 #include "comm/fabric/provider_selection.h"
+#include "comm/fabric/shm_region_names.h"
 #include "ddp/error.h"
 #include "ddp/store.h"
 
@@ -79,10 +83,11 @@ TEST(PeerLiveness, SeesExitedAndZombieProcesses) {
   for (int i = 0; i < 200 && !process_exited(child); ++i) ::usleep(5000);
   EXPECT_TRUE(process_exited(child));
   PeerLiveness liveness({std::nullopt, ::getpid(), child});
-  EXPECT_EQ(liveness.first_exited(), 2);
+  EXPECT_EQ(liveness.first_exited({true, true, true}), 2);
+  EXPECT_EQ(liveness.first_exited({true, true, false}), std::nullopt);
   ::waitpid(child, nullptr, 0);
   EXPECT_TRUE(process_exited(child));
-  EXPECT_EQ(PeerLiveness({std::nullopt, ::getpid()}).first_exited(), std::nullopt);
+  EXPECT_EQ(PeerLiveness({std::nullopt, ::getpid()}).first_exited({true, true}), std::nullopt);
 }
 
 TEST(AddressExchange, HexRoundTripsArbitraryBytes) {
@@ -125,6 +130,59 @@ TEST(AddressExchange, NamesThePeerThatFailedOrChoseAnotherProvider) {
     EXPECT_EQ(e.peer(), 1);
     EXPECT_NE(std::string(e.what()).find("DDP_FABRIC_PROVIDER"), std::string::npos);
   }
+}
+
+}  // namespace
+}  // namespace ddp::detail::fabric
+
+namespace ddp::detail::fabric {
+namespace {
+
+class ShmRegionNames : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/ddp-shm-names-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    directory_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(directory_); }
+  void touch(const std::string& name) { std::ofstream(directory_ + "/" + name) << "x"; }
+  bool exists(const std::string& name) { return std::filesystem::exists(directory_ + "/" + name); }
+  std::string directory_;
+};
+
+TEST_F(ShmRegionNames, NameThisProcessAndParseBack) {
+  const std::string name = shm_region_name(3);
+  const auto owner = parse_region_owner(name);
+  ASSERT_TRUE(owner) << name;
+  EXPECT_EQ(owner->pid, ::getpid());
+  EXPECT_EQ(owner->start_time, process_start_time(::getpid()).value());
+  EXPECT_NE(shm_region_name(4), name);
+  EXPECT_FALSE(parse_region_owner("12345:0:0"));
+  EXPECT_FALSE(parse_region_owner("ddp-1-2"));
+  EXPECT_FALSE(parse_region_owner("ddp-ns-notapid-1-0"));
+}
+
+TEST_F(ShmRegionNames, ReclaimRemovesOnlyOurRegionsWhoseOwnerIsGone) {
+  const pid_t child = ::fork();
+  if (child == 0) _exit(0);
+  ::waitpid(child, nullptr, 0);
+  const auto self = parse_region_owner(shm_region_name(0)).value();
+  const std::string ns = self.pid_namespace;
+  const std::string live = shm_region_name(0);
+  const std::string dead = "ddp-" + ns + "-" + std::to_string(child) + "-1-0";
+  const std::string reused_pid = "ddp-" + ns + "-" + std::to_string(::getpid()) + "-" +
+                                 std::to_string(self.start_time + 1) + "-0";
+  const std::string other_namespace = "ddp-1-" + std::to_string(child) + "-1-0";
+  for (const auto& name : {live, dead, reused_pid, other_namespace, std::string("12345:0:0")}) {
+    touch(name);
+  }
+  EXPECT_EQ(reclaim_dead_shm_regions(directory_), 2);
+  EXPECT_TRUE(exists(live));
+  EXPECT_FALSE(exists(dead));
+  EXPECT_FALSE(exists(reused_pid));
+  EXPECT_TRUE(exists(other_namespace));
+  EXPECT_TRUE(exists("12345:0:0"));
 }
 
 }  // namespace

@@ -157,32 +157,42 @@ TEST_P(FabricProcesses, MismatchedSizesFailEveryRankQuicklyWithCommError) {
   expect_all_exit_zero(exits);
 }
 
+// Killed between ops and in the middle of a large allreduce: the others fail within the timeout.
 TEST_P(FabricProcesses, KilledPeerFailsTheOthersWithinTheTimeout) {
   const auto [provider, n] = GetParam();
   ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
   const int victim = n - 1;
   const auto timeout = std::chrono::seconds(4);
-  auto exits = run_forked_ranks(n, kDeadline, [&](int rank, std::shared_ptr<Store> store) {
-    auto comm = create_communicator("fabric", store, rank, n, with_timeout(timeout));
-    std::vector<float> values(1 << 20, 1.0f);
-    comm->allreduce(values);
-    if (rank == victim) ::raise(SIGKILL);
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      for (int i = 0; i < 100; ++i) comm->allreduce(values);
-    } catch (const CommError& e) {
-      const auto waited = std::chrono::steady_clock::now() - start;
-      CHILD_CHECK(waited < timeout + std::chrono::seconds(2));
-      std::fprintf(stderr, "rank %d saw: %s\n", rank, e.what());
-      return 0;
-    }
-    return 1;
-  });
-  for (int r = 0; r < n; ++r) {
-    if (r == victim) {
-      EXPECT_EQ(exits[r].signal, SIGKILL);
-    } else {
-      EXPECT_TRUE(exits[r].exited && exits[r].code == 0) << "rank " << r;
+  for (bool mid_op : {false, true}) {
+    SCOPED_TRACE(mid_op ? "killed mid-op" : "killed between ops");
+    auto exits = run_forked_ranks(n, kDeadline, [&](int rank, std::shared_ptr<Store> store) {
+      auto comm = create_communicator("fabric", store, rank, n, with_timeout(timeout));
+      std::vector<float> values(4 << 20, 1.0f);
+      comm->allreduce(values);
+      if (rank == victim) {
+        if (mid_op) {
+          Work work = comm->allreduce_async(values);
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        ::raise(SIGKILL);
+      }
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        for (int i = 0; i < 100; ++i) comm->allreduce(values);
+      } catch (const CommError& e) {
+        const auto waited = std::chrono::steady_clock::now() - start;
+        CHILD_CHECK(waited < timeout + std::chrono::seconds(2));
+        std::fprintf(stderr, "rank %d saw: %s\n", rank, e.what());
+        return 0;
+      }
+      return 1;
+    });
+    for (int r = 0; r < n; ++r) {
+      if (r == victim) {
+        EXPECT_EQ(exits[r].signal, SIGKILL);
+      } else {
+        EXPECT_TRUE(exits[r].exited && exits[r].code == 0) << "rank " << r;
+      }
     }
   }
 }

@@ -13,16 +13,6 @@ FabricCommunicator::FabricCommunicator(std::shared_ptr<Store> store, int rank, i
   auto connection = fabric::connect_fabric(*store, rank, size, options.timeout, config_);
   provider_ = std::move(connection.provider);
   transport_ = std::move(connection.transport);
-  // A first exchange over the fabric, so a communicator that constructs is known to work.
-  try {
-    fabric::barrier(*transport_);
-  } catch (const TimeoutError& e) {
-    throw TimeoutError("connect", rank, e.peer(),
-                       "no first exchange over libfabric provider " + provider_ + ": " + e.what());
-  } catch (const CommError& e) {
-    throw CommError("connect", rank, e.peer(),
-                    "no first exchange over libfabric provider " + provider_ + ": " + e.what());
-  }
 }
 
 FabricCommunicator::~FabricCommunicator() {

@@ -18,8 +18,9 @@ class FabricTransport;
 
 class FabricCommunicator final : public Communicator {
  public:
-  // Opens the endpoint, exchanges addresses through `store` and runs a first barrier over the
-  // fabric, so a communicator that constructs is known to work end to end.
+  // Opens the endpoint and exchanges addresses through `store`. It does not wait for a first
+  // exchange over the fabric: a rank that is slow to start must not see its construction fail
+  // because faster ranks already failed a collective; that collective's error reaches it instead.
   FabricCommunicator(std::shared_ptr<Store> store, int rank, int size, const CommOptions& options);
   ~FabricCommunicator() override;
 

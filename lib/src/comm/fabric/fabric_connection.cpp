@@ -1,5 +1,6 @@
 #include "comm/fabric/fabric_connection.h"
 
+#include <atomic>
 #include <optional>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "comm/fabric/host_identity.h"
 #include "comm/fabric/message_tag.h"
 #include "comm/fabric/provider_selection.h"
+#include "comm/fabric/shm_region_names.h"
 #include "ddp/env_vars.h"
 #include "ddp/error.h"
 #include "ddp/log.h"
@@ -77,7 +79,7 @@ OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, i
   const std::string description =
       "provider " + opened.provider + " (" + choice.reason + "), fabric " +
       info->fabric_attr->name + ", domain " + info->domain_attr->name + "; " +
-      std::to_string(size) + " ranks on " + std::to_string(host_count) +
+      std::to_string(size) + (size == 1 ? " rank on " : " ranks on ") + std::to_string(host_count) +
       (host_count == 1 ? " host" : " hosts") + ", inject " +
       bytes_text(info->tx_attr->inject_size) + ", max message " +
       bytes_text(info->ep_attr->max_msg_size) + ", ring from " +
@@ -87,7 +89,15 @@ OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, i
   } else {
     log::debug("fabric: {}", description);
   }
-  opened.endpoint = std::make_unique<FabricEndpoint>(std::move(info), rank);
+  std::string name;
+  if (opened.provider == "shm") {
+    static std::atomic<int> serial{0};
+    if (const int reclaimed = reclaim_dead_shm_regions()) {
+      log::debug("fabric: removed {} shared-memory regions left by dead processes", reclaimed);
+    }
+    name = shm_region_name(serial++);
+  }
+  opened.endpoint = std::make_unique<FabricEndpoint>(std::move(info), rank, name);
   return opened;
 }
 

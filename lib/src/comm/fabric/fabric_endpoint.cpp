@@ -20,7 +20,8 @@ void FabricEndpoint::fail(const std::string& call, long code) const {
                       fabric_error_text(code));
 }
 
-FabricEndpoint::FabricEndpoint(InfoPtr info, int rank) : info_(std::move(info)), rank_(rank) {
+FabricEndpoint::FabricEndpoint(InfoPtr info, int rank, const std::string& name)
+    : info_(std::move(info)), rank_(rank) {
   fid_fabric* fabric = nullptr;
   if (int rc = fi_fabric(info_->fabric_attr, &fabric, nullptr)) fail("fi_fabric", rc);
   fabric_.reset(fabric);
@@ -51,6 +52,11 @@ FabricEndpoint::FabricEndpoint(InfoPtr info, int rank) : info_(std::move(info)),
     fail("fi_ep_bind(cq)", rc);
   }
   if (int rc = fi_ep_bind(endpoint_.get(), &av_->fid, 0)) fail("fi_ep_bind(av)", rc);
+  if (!name.empty()) {
+    if (int rc = fi_setname(&endpoint_->fid, const_cast<char*>(name.c_str()), name.size() + 1)) {
+      fail("fi_setname", rc);
+    }
+  }
   if (int rc = fi_enable(endpoint_.get())) fail("fi_enable", rc);
 }
 

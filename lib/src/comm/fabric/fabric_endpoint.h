@@ -30,9 +30,10 @@ std::string fabric_error_text(long code);
 
 class FabricEndpoint {
  public:
-  // Opens everything for `info` (one entry of fi_getinfo's answer, taken over). `rank` only
-  // labels errors, which are CommError("connect", ...) with libfabric's message.
-  FabricEndpoint(InfoPtr info, int rank);
+  // Opens everything for `info` (one entry of fi_getinfo's answer, taken over). A non-empty
+  // `name` is given to the endpoint (fi_setname) before it is enabled. `rank` only labels
+  // errors, which are CommError("connect", ...) with libfabric's message.
+  FabricEndpoint(InfoPtr info, int rank, const std::string& name = "");
   ~FabricEndpoint();
   FabricEndpoint(const FabricEndpoint&) = delete;
   FabricEndpoint& operator=(const FabricEndpoint&) = delete;

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "comm/fabric/message_tag.h"
+#include "comm/fabric/stuck_call_guard.h"
 #include "ddp/error.h"
 #include "ddp/log.h"
 
@@ -26,6 +27,11 @@ constexpr std::size_t kAlignment = 4096;
 constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
 // How long an op may still run after a peer that was already past it aborted.
 constexpr auto kAbortGrace = std::chrono::seconds(2);
+// No single libfabric call legitimately takes this long (messages are at most a chunk).
+constexpr auto kStuckCallLimit = std::chrono::milliseconds(1000);
+// How long messages from a peer that has exited may still trickle in before its absence fails
+// the op.
+constexpr auto kExitedPeerDrain = std::chrono::milliseconds(50);
 
 // What a rank tells a peer before its first message of an op.
 struct OpHeader {
@@ -33,6 +39,9 @@ struct OpHeader {
   std::uint32_t kind;
 };
 static_assert(sizeof(OpHeader) == 8);
+
+// An abort notice: the sender's op sequence number, then why it gave up (text).
+constexpr std::size_t kNoticeSequenceBytes = sizeof(std::uint32_t);
 
 // Waiting strategy: spin while completions are imminent, then yield the core (ranks may share
 // cores with each other or with compute threads), then sleep in short naps. Polling only happens
@@ -88,49 +97,116 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
       liveness_(std::move(liveness)) {
   static_assert(std::is_standard_layout_v<Slot>,
                 "Slot must be standard layout so that its context's address is its own");
+  guard_ = std::make_unique<StuckCallGuard>(kStuckCallLimit);
   const fi_info& info = endpoint_->info();
   inject_bytes_ = info.tx_attr->inject_size;
   max_message_bytes_ = std::max<std::size_t>(info.ep_attr->max_msg_size, 1);
   is_shm_ = std::strcmp(info.fabric_attr->prov_name, "shm") == 0;
+  // Elsewhere an inject may still sit in a provider queue when fi_tinject returns, and would be
+  // lost if this process exited right after its last collective; tracked sends are waited for.
+  injects_small_sends_ = is_shm_;
   peer_states_.resize(peers_.size());
 
-  const std::size_t control_bytes = kNoticeBytes + sizeof(OpHeader) * peers_.size();
+  // shm gets one exact-tag notice receive per peer: a receive with ignore bits, once completed,
+  // can leave its mask on an entry shm reuses for unexpected messages and make them mismatch.
+  // Elsewhere one receive that takes a notice from any peer is enough.
+  notice_receives_ = is_shm_ ? peers_.size() : 1;
+  const std::size_t control_bytes =
+      sizeof(OpHeader) * peers_.size() + kNoticeBytes * notice_receives_;
   control_area_.reset(aligned_bytes(control_bytes));
   std::memset(control_area_.get(), 0, control_bytes);
   control_registration_ = std::make_unique<MemoryRegistration>(*endpoint_, control_area_.get(),
                                                                control_bytes, next_key_++, rank_);
-  control_slot_ = std::make_unique<Slot>();
-  control_slot_->kind = SlotKind::kControl;
-  post_control_receive();
+  for (std::size_t i = 0; i < notice_receives_; ++i) {
+    const int from = is_shm_ ? static_cast<int>(i) : -1;
+    if (from == rank_) continue;
+    control_slots_.push_back(std::make_unique<Slot>());
+    Slot& s = *control_slots_.back();
+    s.kind = SlotKind::kControl;
+    s.peer = from;
+    s.buffer = notice_buffer(i);
+    s.bytes = kNoticeBytes;
+    post_control_receive(s);
+  }
+}
+
+char* FabricTransport::header_buffer(int peer) const {
+  return control_area_.get() + sizeof(OpHeader) * static_cast<std::size_t>(peer);
+}
+
+char* FabricTransport::notice_buffer(std::size_t index) const {
+  return control_area_.get() + sizeof(OpHeader) * peers_.size() + kNoticeBytes * index;
 }
 
 FabricTransport::~FabricTransport() { release_fabric(); }
 
 void FabricTransport::release_fabric() {
   if (!endpoint_) return;
-  // The endpoint goes first, so nothing still posted can touch memory released below.
-  endpoint_->close_endpoint();
-  op_registrations_.clear();
-  scratch_registration_.reset();
-  control_registration_.reset();
-  endpoint_.reset();
+  if (!wedged_) {
+    // The endpoint goes first, so nothing still posted can touch memory released below.
+    FabricEndpoint* endpoint = endpoint_.get();
+    if (guard_->run([endpoint] { endpoint->close_endpoint(); })) {
+      op_registrations_.clear();
+      scratch_registration_.reset();
+      control_registration_.reset();
+      endpoint_.reset();
+      return;
+    }
+    wedged_ = true;
+  }
+  // A provider call never returned: its locks may be held, so closing could hang as well.
+  // Leak the objects (the memory they reference stays allocated with them).
+  log::warn("fabric: leaking a wedged libfabric endpoint and its memory");
+  for (auto& registration : op_registrations_) (void)registration.release();
+  (void)scratch_registration_.release();
+  (void)control_registration_.release();
+  (void)scratch_.release();
+  (void)control_area_.release();
+  (void)endpoint_.release();
+  for (auto& slot : control_slots_) (void)slot.release();
+  leaked_slots_ = std::make_unique<std::deque<Slot>>(std::move(slots_));
+  (void)leaked_slots_.release();
 }
 
-void FabricTransport::post_control_receive() {
+template <typename Call>
+ssize_t FabricTransport::guarded(Call&& call) {
+  ssize_t rc = 0;
+  if (!guard_->run([&] { rc = call(); })) {
+    wedged_ = true;
+    // Blame a peer this op waits on first: others may have exited normally by now.
+    auto dead = liveness_.first_exited(awaited_peers());
+    if (!dead) dead = liveness_.first_exited(std::vector<bool>(peers_.size(), true));
+    fail(dead.value_or(-1),
+         "a libfabric call did not return within " + std::to_string(kStuckCallLimit.count()) +
+             " ms" +
+             (dead ? "; rank " + std::to_string(*dead) +
+                         " exited on this host, apparently inside the provider's shared-memory "
+                         "critical section"
+                   : std::string("; the provider is stuck")));
+  }
+  return rc;
+}
+
+void FabricTransport::post_control_receive(Slot& s) {
   MessageTag tag;
   tag.control = true;
-  const std::uint64_t bits = encode_tag(tag);
+  tag.source = s.peer < 0 ? 0 : static_cast<std::uint32_t>(s.peer);
+  const std::uint64_t ignore = s.peer < 0 ? kControlIgnoreBits : 0;
   void* desc = control_registration_->descriptor();
+  fid_ep* ep = endpoint_->endpoint();
+  fid_cq* cq = endpoint_->completion_queue();
+  const std::uint64_t bits = encode_tag(tag);
   for (;;) {
-    ssize_t rc = fi_trecv(endpoint_->endpoint(), control_area_.get(), kNoticeBytes, desc,
-                          FI_ADDR_UNSPEC, bits, kControlIgnoreBits, &control_slot_->context);
+    const ssize_t rc = guarded([&] {
+      return fi_trecv(ep, s.buffer, s.bytes, desc, FI_ADDR_UNSPEC, bits, ignore, &s.context);
+    });
     if (rc == 0) return;
     if (rc != -FI_EAGAIN) {
       throw CommError("connect", rank_, -1,
-                      "posting the abort-notice receive failed: " + fabric_error_text(rc));
+                      "posting an abort-notice receive failed: " + fabric_error_text(rc));
     }
     fi_cq_tagged_entry entries[kCompletionBatch];
-    fi_cq_read(endpoint_->completion_queue(), entries, kCompletionBatch);
+    guarded([&] { return fi_cq_read(cq, entries, kCompletionBatch); });
   }
 }
 
@@ -241,11 +317,7 @@ void FabricTransport::check_deadline(int peer, const char* waiting_for) {
   const auto now = Clock::now();
   if (now >= next_liveness_check_) {
     next_liveness_check_ = now + kLivenessInterval;
-    if (auto dead = liveness_.first_exited()) {
-      fail(*dead, "rank " + std::to_string(*dead) + " (pid " +
-                      std::to_string(*liveness_.pid_of(*dead)) +
-                      " on this host) exited during the collective");
-    }
+    check_awaited_peers_alive();
   }
   if (now >= deadline_) {
     if (!pending_abort_.empty()) fail(pending_abort_peer_, pending_abort_);
@@ -257,11 +329,35 @@ void FabricTransport::check_deadline(int peer, const char* waiting_for) {
   }
 }
 
+std::vector<bool> FabricTransport::awaited_peers() const {
+  std::vector<bool> awaited(peers_.size(), false);
+  for (const Slot& s : slots_) {
+    const bool in_flight =
+        s.kind == SlotKind::kSend || s.kind == SlotKind::kRecv || s.kind == SlotKind::kHeader;
+    if (in_flight && !s.done && s.peer >= 0) awaited[s.peer] = true;
+  }
+  return awaited;
+}
+
+void FabricTransport::check_awaited_peers_alive() {
+  // Only peers this op still waits on: a peer that finished its part may exit (the end of a
+  // job), and one that is not involved is no reason to fail.
+  const auto dead = liveness_.first_exited(awaited_peers());
+  if (!dead) return;
+  // What it sent before it went may still be on its way: take that first.
+  const auto until = Clock::now() + kExitedPeerDrain;
+  while (Clock::now() < until && awaited_peers()[*dead]) progress();
+  if (!awaited_peers()[*dead]) return;
+  fail(*dead, "rank " + std::to_string(*dead) + " (pid " +
+                  std::to_string(*liveness_.pid_of(*dead)) +
+                  " on this host) exited during the collective");
+}
+
 template <typename Post>
 void FabricTransport::post_with_retry(Post&& post, int peer, const char* what) {
   PollBackoff backoff;
   for (;;) {
-    const ssize_t rc = post();
+    const ssize_t rc = guarded(post);
     if (rc == 0) return;
     if (rc != -FI_EAGAIN) {
       fail(peer, std::string(what) + " rank " + std::to_string(peer) +
@@ -286,13 +382,14 @@ void FabricTransport::send_header(int peer) {
   const OpHeader header{signature_, static_cast<std::uint32_t>(kind_)};
   fid_ep* ep = endpoint_->endpoint();
   const fi_addr_t destination = peers_[peer];
-  if (sizeof(header) <= inject_bytes_) {
+  if (injects_small_sends_ && sizeof(header) <= inject_bytes_) {
     post_with_retry([&] { return fi_tinject(ep, &header, sizeof(header), destination, bits); },
                     peer, "an op header to");
     return;
   }
-  // No inject support: send from the control area's slot for this peer, sent before use.
-  auto* staged = control_area_.get() + kNoticeBytes + sizeof(OpHeader) * rank_;
+  // Every header of an op is the same, so the peers' sends can share this rank's slot; end_op
+  // waits for them before the next op rewrites it.
+  char* staged = header_buffer(rank_);
   std::memcpy(staged, &header, sizeof(header));
   const Request request = acquire(SlotKind::kSend, peer, kHeaderIndex, sizeof(header));
   void* desc = control_registration_->descriptor();
@@ -300,7 +397,6 @@ void FabricTransport::send_header(int peer) {
   post_with_retry(
       [&] { return fi_tsend(ep, staged, sizeof(header), desc, destination, bits, context); }, peer,
       "an op header to");
-  wait(request);
 }
 
 void FabricTransport::post_header_receive(int peer) {
@@ -310,7 +406,7 @@ void FabricTransport::post_header_receive(int peer) {
   tag.index = kHeaderIndex;
   const Request request = acquire(SlotKind::kHeader, peer, kHeaderIndex, sizeof(OpHeader));
   Slot& s = slots_[request];
-  s.buffer = control_area_.get() + kNoticeBytes + sizeof(OpHeader) * peer;
+  s.buffer = header_buffer(peer);
   s.desc = control_registration_->descriptor();
   s.tag = encode_tag(tag);
   post_receive(request);
@@ -329,8 +425,9 @@ void FabricTransport::post_ready_receives() {
   std::size_t posted = 0;
   for (; posted < ready_receives_.size(); ++posted) {
     Slot& s = slots_[ready_receives_[posted]];
-    const ssize_t rc =
-        fi_trecv(ep, s.buffer, s.bytes, s.desc, FI_ADDR_UNSPEC, s.tag, 0, &s.context);
+    const ssize_t rc = guarded([&] {
+      return fi_trecv(ep, s.buffer, s.bytes, s.desc, FI_ADDR_UNSPEC, s.tag, 0, &s.context);
+    });
     if (rc == -FI_EAGAIN) break;  // the next progress tries again
     if (rc != 0) {
       fail(s.peer, "a receive from rank " + std::to_string(s.peer) +
@@ -356,8 +453,8 @@ PeerTransport::Request FabricTransport::send(int peer, std::uint32_t index, cons
   const std::uint64_t bits = encode_tag(tag);
   fid_ep* ep = endpoint_->endpoint();
   const fi_addr_t destination = peers_[peer];
-  if (!tag.large) {
-    // Copied out by the provider before returning, and no completion is generated.
+  if (!tag.large && injects_small_sends_) {
+    // Written into the peer's shared memory before returning; no completion is generated.
     post_with_retry([&] { return fi_tinject(ep, data, bytes, destination, bits); }, peer,
                     "a send to");
     const Request request = acquire(SlotKind::kSend, peer, index, bytes);
@@ -417,7 +514,8 @@ void FabricTransport::wait(Request request) {
 
 bool FabricTransport::progress() {
   fi_cq_tagged_entry entries[kCompletionBatch];
-  const ssize_t count = fi_cq_read(endpoint_->completion_queue(), entries, kCompletionBatch);
+  fid_cq* cq = endpoint_->completion_queue();
+  const ssize_t count = guarded([&] { return fi_cq_read(cq, entries, kCompletionBatch); });
   if (count > 0) {
     for (ssize_t i = 0; i < count; ++i) complete(entries[i]);
     if (!ready_receives_.empty()) post_ready_receives();
@@ -433,17 +531,22 @@ void FabricTransport::complete(const fi_cq_tagged_entry& entry) {
   Slot& s = *reinterpret_cast<Slot*>(entry.op_context);
   switch (s.kind) {
     case SlotKind::kControl: {
-      const MessageTag tag = decode_tag(entry.tag);
-      const std::string text(control_area_.get(), std::min(entry.len, kNoticeBytes));
-      const int source = static_cast<int>(tag.source);
+      const int source = static_cast<int>(decode_tag(entry.tag).source);
+      const std::size_t length = std::min(entry.len, kNoticeBytes);
+      std::uint32_t their_sequence = sequence_;
+      std::string text;
+      if (length >= kNoticeSequenceBytes) {
+        std::memcpy(&their_sequence, s.buffer, kNoticeSequenceBytes);
+        text.assign(static_cast<const char*>(s.buffer) + kNoticeSequenceBytes,
+                    length - kNoticeSequenceBytes);
+      }
       const std::string cause = "rank " + std::to_string(source) +
                                 " aborted the job's collectives" +
                                 (text.empty() ? std::string() : ": " + text);
       // A rank that failed in a later op has finished this one: what it owed this rank is on
       // its way, so let this op complete (briefly) and fail the next one instead.
-      constexpr std::uint32_t kSequenceMask = (1u << kSequenceBits) - 1;
-      const std::uint32_t ahead = (tag.sequence - sequence_) & kSequenceMask;
-      if (in_op_ && ahead != 0 && ahead < kSequenceMask / 2) {
+      const std::uint32_t ahead = their_sequence - sequence_;
+      if (in_op_ && ahead != 0 && ahead < (1u << 31)) {
         pending_abort_peer_ = source;
         pending_abort_ = cause;
         deadline_ = std::min(deadline_, Clock::now() + kAbortGrace);
@@ -477,8 +580,7 @@ void FabricTransport::complete(const fi_cq_tagged_entry& entry) {
 
 void FabricTransport::fail_mismatch(int peer) {
   OpHeader header;
-  std::memcpy(&header, control_area_.get() + kNoticeBytes + sizeof(OpHeader) * peer,
-              sizeof(header));
+  std::memcpy(&header, header_buffer(peer), sizeof(header));
   const auto their_kind = static_cast<OpKind>(header.kind);
   if (their_kind != kind_) {
     fail(peer, "rank " + std::to_string(peer) + " issued " + to_string(their_kind) +
@@ -492,7 +594,8 @@ void FabricTransport::fail_mismatch(int peer) {
 
 void FabricTransport::raise_completion_error() {
   fi_cq_err_entry error{};  // zeroed: err_data_size 0 asks the provider for its own buffer
-  const ssize_t read = fi_cq_readerr(endpoint_->completion_queue(), &error, 0);
+  fid_cq* cq = endpoint_->completion_queue();
+  const ssize_t read = guarded([&] { return fi_cq_readerr(cq, &error, 0); });
   if (read != 1) fail(-1, "fi_cq_readerr failed: " + fabric_error_text(read));
   char provider_text[256] = {0};
   const char* detail = fi_cq_strerror(endpoint_->completion_queue(), error.prov_errno,
@@ -535,37 +638,64 @@ void FabricTransport::abandon(const std::string& reason) {
   if (!failure_.empty() || !endpoint_) return;
   failure_ = reason;
   log::debug("fabric: abandoning the endpoint: {}", reason);
+  if (!wedged_) notify_peers(reason);
+  release_fabric();
+}
+
+void FabricTransport::notify_peers(const std::string& reason) {
   // Tell every peer, so that ranks waiting on this one (or on others) stop now rather than at
   // their timeout. Best effort: a peer that is gone simply never reads it.
   MessageTag tag;
   tag.control = true;
-  tag.sequence = sequence_;
   tag.source = static_cast<std::uint32_t>(rank_);
   const std::uint64_t bits = encode_tag(tag);
-  const std::string notice = reason.substr(0, std::min(inject_bytes_, kNoticeBytes));
+  std::string notice(kNoticeSequenceBytes, '\0');
+  std::memcpy(notice.data(), &sequence_, kNoticeSequenceBytes);
+  notice += reason;
+  notice.resize(std::min({notice.size(), inject_bytes_, kNoticeBytes}));
+  fid_ep* ep = endpoint_->endpoint();
+  const char* text = notice.data();
+  const std::size_t length = notice.size();
   const auto give_up = Clock::now() + std::chrono::milliseconds(100);
   for (int peer = 0; peer < size(); ++peer) {
     if (peer == rank_) continue;
-    while (fi_tinject(endpoint_->endpoint(), notice.data(), notice.size(), peers_[peer], bits) ==
-               -FI_EAGAIN &&
-           Clock::now() < give_up) {
-      drain_quietly(std::chrono::milliseconds(0));
+    // A peer killed inside shm's critical section leaves its region locked: skip known-dead
+    // peers rather than wait for the stuck-call guard.
+    if (auto pid = liveness_.pid_of(peer); pid && process_exited(*pid)) continue;
+    const fi_addr_t destination = peers_[peer];
+    for (;;) {
+      ssize_t rc = 0;
+      if (!guard_->run([&] { rc = fi_tinject(ep, text, length, destination, bits); })) {
+        wedged_ = true;
+        return;
+      }
+      if (rc != -FI_EAGAIN || Clock::now() >= give_up) break;
+      if (!drain_quietly(std::chrono::milliseconds(0))) return;
     }
   }
   // shm delivers an inject before returning; socket providers need progress to send it.
   if (!is_shm_) drain_quietly(std::chrono::milliseconds(20));
-  release_fabric();
 }
 
-void FabricTransport::drain_quietly(std::chrono::milliseconds period) {
+bool FabricTransport::drain_quietly(std::chrono::milliseconds period) {
+  fid_cq* cq = endpoint_->completion_queue();
   const auto until = Clock::now() + period;
   do {
     fi_cq_tagged_entry entries[kCompletionBatch];
-    if (fi_cq_read(endpoint_->completion_queue(), entries, kCompletionBatch) == -FI_EAVAIL) {
+    ssize_t rc = 0;
+    if (!guard_->run([&] { rc = fi_cq_read(cq, entries, kCompletionBatch); })) {
+      wedged_ = true;
+      return false;
+    }
+    if (rc == -FI_EAVAIL) {
       fi_cq_err_entry error{};
-      fi_cq_readerr(endpoint_->completion_queue(), &error, 0);
+      if (!guard_->run([&] { rc = fi_cq_readerr(cq, &error, 0); })) {
+        wedged_ = true;
+        return false;
+      }
     }
   } while (Clock::now() < until);
+  return true;
 }
 
 }  // namespace ddp::detail::fabric

@@ -22,6 +22,7 @@
 #include "comm/fabric/fabric_endpoint.h"
 #include "comm/fabric/peer_liveness.h"
 #include "comm/fabric/peer_transport.h"
+#include "comm/fabric/stuck_call_guard.h"
 
 struct fi_cq_tagged_entry;
 
@@ -73,21 +74,34 @@ class FabricTransport final : public PeerTransport {
   void post_receive(Request request);
   void send_header(int peer);
   void post_header_receive(int peer);
-  void post_control_receive();
+  void post_control_receive(Slot& slot);
+  char* header_buffer(int peer) const;
+  char* notice_buffer(std::size_t index) const;
   void* descriptor_for(const void* data, std::size_t bytes);
   // Posts through `post` until it stops answering -FI_EAGAIN, progressing in between.
   template <typename Post>
   void post_with_retry(Post&& post, int peer, const char* what);
   void check_deadline(int peer, const char* waiting_for);
+  // Peers with a transfer of this op still in flight, indexed by rank.
+  std::vector<bool> awaited_peers() const;
+  // Fails the op if a peer it waits on has exited (same-host peers only).
+  void check_awaited_peers_alive();
 
   void require_usable() const;
   // Builds the op's error, abandons the transport and throws it.
   [[noreturn]] void fail(int peer, const std::string& cause, bool timed_out = false);
   [[noreturn]] void fail_mismatch(int peer);
   void abandon(const std::string& reason);
-  void drain_quietly(std::chrono::milliseconds period);
+  void notify_peers(const std::string& reason);
+  // Reads and discards completions for `period`; false if the provider wedged.
+  bool drain_quietly(std::chrono::milliseconds period);
   void release_fabric();
+  // Runs one libfabric call under the stuck-call guard; fails the op if it never returns.
+  template <typename Call>
+  ssize_t guarded(Call&& call);
 
+  std::unique_ptr<StuckCallGuard> guard_;
+  bool wedged_ = false;  // a call was abandoned: the endpoint must not be touched again
   std::unique_ptr<FabricEndpoint> endpoint_;
   std::vector<fi_addr_t> peers_;
   int rank_;
@@ -96,11 +110,14 @@ class FabricTransport final : public PeerTransport {
   std::size_t inject_bytes_;
   std::size_t max_message_bytes_;
   bool is_shm_;
+  bool injects_small_sends_;
 
   std::deque<Slot> slots_;  // stable addresses: libfabric holds pointers to their contexts
+  std::unique_ptr<std::deque<Slot>> leaked_slots_;
   std::vector<Request> free_slots_;
-  std::unique_ptr<Slot> control_slot_;
-  // Small registered area: the abort notice, then one header slot per peer.
+  std::vector<std::unique_ptr<Slot>> control_slots_;  // abort-notice receives
+  std::size_t notice_receives_ = 1;
+  // Small registered area: one op-header slot per peer, then the abort-notice buffers.
   std::unique_ptr<char, AlignedDeleter> control_area_;
   std::unique_ptr<MemoryRegistration> control_registration_;
 

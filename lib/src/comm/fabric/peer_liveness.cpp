@@ -19,9 +19,9 @@ bool process_exited(pid_t pid) {
   return state == 'Z' || state == 'X';
 }
 
-std::optional<int> PeerLiveness::first_exited() const {
-  for (std::size_t r = 0; r < pids_.size(); ++r) {
-    if (pids_[r] && process_exited(*pids_[r])) return static_cast<int>(r);
+std::optional<int> PeerLiveness::first_exited(const std::vector<bool>& candidates) const {
+  for (std::size_t r = 0; r < pids_.size() && r < candidates.size(); ++r) {
+    if (candidates[r] && pids_[r] && process_exited(*pids_[r])) return static_cast<int>(r);
   }
   return std::nullopt;
 }

@@ -15,8 +15,9 @@ class PeerLiveness {
   // pids[r] is rank r's pid when it shares this host's pid namespace, nullopt otherwise.
   explicit PeerLiveness(std::vector<std::optional<pid_t>> pids) : pids_(std::move(pids)) {}
 
-  // The first watched rank whose process has exited (or is a zombie), if any.
-  std::optional<int> first_exited() const;
+  // The first watched rank among `candidates` (indexed by rank) whose process has exited or is
+  // a zombie, if any.
+  std::optional<int> first_exited(const std::vector<bool>& candidates) const;
   std::optional<pid_t> pid_of(int rank) const;
 
  private:
