@@ -40,6 +40,13 @@ TEST(ChooseProvider, EfaThenShmOnOneHostThenTcp) {
   EXPECT_NE(spread.reason.find("2 hosts"), std::string::npos);
 }
 
+TEST(ChooseProvider, FallsBackToTcpWhenShmRegionsWouldNotFit) {
+  const auto choice = choose_provider(std::nullopt, std::nullopt, false, 1, 8, "no room");
+  EXPECT_EQ(choice.provider, "tcp;ofi_rxm");
+  EXPECT_NE(choice.reason.find("no room"), std::string::npos);
+  EXPECT_EQ(choose_provider("shm", std::nullopt, false, 1, 8, "no room").provider, "shm");
+}
+
 TEST(ChooseProvider, RecognisesSocketProviders) {
   EXPECT_TRUE(binds_to_ip_address("tcp;ofi_rxm"));
   EXPECT_TRUE(binds_to_ip_address("tcp"));
@@ -161,6 +168,13 @@ TEST_F(ShmRegionNames, NameThisProcessAndParseBack) {
   EXPECT_FALSE(parse_region_owner("12345:0:0"));
   EXPECT_FALSE(parse_region_owner("ddp-1-2"));
   EXPECT_FALSE(parse_region_owner("ddp-ns-notapid-1-0"));
+}
+
+TEST_F(ShmRegionNames, ReportsTheRoomLeftInTheirFilesystem) {
+  const auto available = shm_bytes_available(directory_);
+  ASSERT_TRUE(available);
+  EXPECT_GT(*available, 0u);
+  EXPECT_FALSE(shm_bytes_available(directory_ + "/missing"));
 }
 
 TEST_F(ShmRegionNames, ReclaimRemovesOnlyOurRegionsWhoseOwnerIsGone) {

@@ -1,12 +1,15 @@
-// The fabric backend end to end: forked ranks on loopback, through create_communicator, on each
-// local provider that exercises manual progress (shm and tcp;ofi_rxm).
+// The fabric backend end to end: ranks are forked processes on loopback (tests/support
+// harness), on each local provider that exercises manual progress (shm and tcp;ofi_rxm).
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <numeric>
+#include <optional>
 #include <thread>
 
 #include "comm/fabric/fabric_communicator.h"
@@ -14,18 +17,24 @@
 #include "comm/fabric/fabric_transport.h"
 #include "ddp/comm/factory.h"
 #include "ddp/error.h"
+#include "ddp/log.h"
 #include "ddp/store.h"
-#include "forked_ranks.h"
+#include "multiprocess.h"
 
 namespace ddp::detail::fabric {
 namespace {
 
-using testing::RankExit;
-using testing::run_forked_ranks;
+using namespace std::chrono_literals;
+using ddp::testing::require;
 
-constexpr auto kDeadline = std::chrono::seconds(60);
+constexpr auto kDeadline = 60s;
 
-// Sets an environment variable for the scope of a test (children inherit it).
+testing::TestStoreServer& server() {
+  static testing::TestStoreServer instance;
+  return instance;
+}
+
+// Sets an environment variable for the scope of a test (forked ranks inherit it).
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
@@ -49,27 +58,21 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-void expect_all_exit_zero(const std::vector<RankExit>& exits) {
-  for (std::size_t r = 0; r < exits.size(); ++r) {
-    EXPECT_FALSE(exits[r].timed_out) << "rank " << r << " hit the test deadline";
-    EXPECT_TRUE(exits[r].exited && exits[r].code == 0)
-        << "rank " << r << " exit code " << exits[r].code << " signal " << exits[r].signal;
-  }
-}
-
 CommOptions with_timeout(std::chrono::milliseconds timeout) {
   CommOptions options;
   options.timeout = timeout;
   return options;
 }
 
-#define CHILD_CHECK(condition)                                                                    \
-  do {                                                                                            \
-    if (!(condition)) {                                                                           \
-      std::fprintf(stderr, "rank %d: check failed at line %d: %s\n", rank, __LINE__, #condition); \
-      return 1;                                                                                   \
-    }                                                                                             \
-  } while (0)
+// Runs body(rank, store) on `n` forked ranks sharing a fresh store prefix.
+std::vector<testing::RankOutcome> run_group(
+    int n, const std::function<void(int rank, std::shared_ptr<Store> store)>& body) {
+  const std::string prefix = server().next_group_prefix();
+  return testing::run_ranks(n, kDeadline, [&](int rank) {
+    log::set_rank(rank);
+    body(rank, server().connect_client(prefix));
+  });
+}
 
 struct ProviderAndRanks {
   const char* provider;
@@ -81,36 +84,38 @@ class FabricProcesses : public ::testing::TestWithParam<ProviderAndRanks> {};
 TEST_P(FabricProcesses, EveryCollectiveIsExact) {
   const auto [provider, n] = GetParam();
   ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
-  auto exits = run_forked_ranks(n, kDeadline, [&](int rank, std::shared_ptr<Store> store) {
-    auto comm =
-        create_communicator("fabric", store, rank, n, with_timeout(std::chrono::seconds(20)));
+  auto outcomes = run_group(n, [&](int rank, std::shared_ptr<Store> store) {
+    auto comm = create_communicator("fabric", store, rank, n, with_timeout(20s));
     auto* fabric = dynamic_cast<FabricCommunicator*>(comm.get());
-    CHILD_CHECK(fabric && fabric->provider() == provider);
+    require(fabric && fabric->provider() == provider, "unexpected provider");
     const std::int64_t triangle = static_cast<std::int64_t>(n) * (n + 1) / 2;
     // Below and above the ring threshold, and an odd count that splits unevenly.
     for (std::size_t count : {std::size_t{1}, std::size_t{1001}, std::size_t{300001}}) {
       std::vector<float> values(count);
       for (std::size_t i = 0; i < count; ++i) values[i] = static_cast<float>((rank + 1) * (i % 13));
       comm->allreduce(values, ReduceOp::kSum);
-      for (std::size_t i = 0; i < count; ++i) CHILD_CHECK(values[i] == triangle * (i % 13));
-
+      for (std::size_t i = 0; i < count; ++i) {
+        require(values[i] == triangle * (i % 13), "allreduce " + std::to_string(count));
+      }
       std::vector<std::int64_t> root_data(count, rank == n - 1 ? 7 : 0);
       comm->broadcast(root_data, n - 1);
-      for (auto v : root_data) CHILD_CHECK(v == 7);
+      for (auto v : root_data) require(v == 7, "broadcast " + std::to_string(count));
 
       std::vector<std::int32_t> mine(count, rank);
       std::vector<std::int32_t> all(count * n, -1);
       comm->allgather(mine, all);
       for (int r = 0; r < n; ++r) {
-        for (std::size_t i = 0; i < count; ++i) CHILD_CHECK(all[r * count + i] == r);
+        for (std::size_t i = 0; i < count; ++i) {
+          require(all[r * count + i] == r, "allgather " + std::to_string(count));
+        }
       }
-
       std::vector<double> input(count * n);
       for (std::size_t i = 0; i < input.size(); ++i) input[i] = static_cast<double>(i + rank);
       std::vector<double> output(count);
       comm->reduce_scatter(input, output, ReduceOp::kMax);
       for (std::size_t i = 0; i < count; ++i) {
-        CHILD_CHECK(output[i] == static_cast<double>(rank * count + i + n - 1));
+        require(output[i] == static_cast<double>(rank * count + i + n - 1),
+                "reduce_scatter " + std::to_string(count));
       }
       comm->barrier();
     }
@@ -120,89 +125,44 @@ TEST_P(FabricProcesses, EveryCollectiveIsExact) {
     for (auto& b : buckets) works.push_back(comm->allreduce_async(b, ReduceOp::kAvg));
     for (auto& w : works) w.wait();
     for (auto& b : buckets) {
-      for (auto v : b) CHILD_CHECK(v == 1.0f);
+      for (auto v : b) require(v == 1.0f, "async avg");
     }
-    return 0;
   });
-  expect_all_exit_zero(exits);
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
 }
 
-TEST_P(FabricProcesses, MismatchedSizesFailEveryRankQuicklyWithCommError) {
+TEST_P(FabricProcesses, MismatchedSizesFailEveryRankQuicklyAndForGood) {
   const auto [provider, n] = GetParam();
   ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
-  auto exits = run_forked_ranks(n, kDeadline, [&](int rank, std::shared_ptr<Store> store) {
-    auto comm =
-        create_communicator("fabric", store, rank, n, with_timeout(std::chrono::seconds(30)));
+  auto outcomes = run_group(n, [&](int rank, std::shared_ptr<Store> store) {
+    auto comm = create_communicator("fabric", store, rank, n, with_timeout(30s));
     std::vector<float> values(rank == n - 1 ? 200001 : 200000, 1.0f);
     const auto start = std::chrono::steady_clock::now();
     try {
       comm->allreduce(values);
     } catch (const TimeoutError& e) {
-      std::fprintf(stderr, "rank %d: timed out instead of reporting the mismatch: %s\n", rank,
-                   e.what());
-      return 2;
+      require(false, std::string("timed out instead of reporting the mismatch: ") + e.what());
     } catch (const CommError& e) {
-      CHILD_CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
-      CHILD_CHECK(e.op() == "allreduce");
+      require(std::chrono::steady_clock::now() - start < 5s, "slow to fail");
+      require(e.op() == "allreduce", e.what());
       // Later calls fail at once instead of running on a broken endpoint.
       try {
         comm->barrier();
-        return 4;
       } catch (const CommError&) {
+        return;
       }
-      return 0;
+      require(false, "barrier after a failure succeeded");
     }
-    return 3;
+    require(false, "mismatched allreduce succeeded");
   });
-  expect_all_exit_zero(exits);
-}
-
-// Killed between ops and in the middle of a large allreduce: the others fail within the timeout.
-TEST_P(FabricProcesses, KilledPeerFailsTheOthersWithinTheTimeout) {
-  const auto [provider, n] = GetParam();
-  ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
-  const int victim = n - 1;
-  const auto timeout = std::chrono::seconds(4);
-  for (bool mid_op : {false, true}) {
-    SCOPED_TRACE(mid_op ? "killed mid-op" : "killed between ops");
-    auto exits = run_forked_ranks(n, kDeadline, [&](int rank, std::shared_ptr<Store> store) {
-      auto comm = create_communicator("fabric", store, rank, n, with_timeout(timeout));
-      std::vector<float> values(4 << 20, 1.0f);
-      comm->allreduce(values);
-      if (rank == victim) {
-        if (mid_op) {
-          Work work = comm->allreduce_async(values);
-          std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        }
-        ::raise(SIGKILL);
-      }
-      const auto start = std::chrono::steady_clock::now();
-      try {
-        for (int i = 0; i < 100; ++i) comm->allreduce(values);
-      } catch (const CommError& e) {
-        const auto waited = std::chrono::steady_clock::now() - start;
-        CHILD_CHECK(waited < timeout + std::chrono::seconds(2));
-        std::fprintf(stderr, "rank %d saw: %s\n", rank, e.what());
-        return 0;
-      }
-      return 1;
-    });
-    for (int r = 0; r < n; ++r) {
-      if (r == victim) {
-        EXPECT_EQ(exits[r].signal, SIGKILL);
-      } else {
-        EXPECT_TRUE(exits[r].exited && exits[r].code == 0) << "rank " << r;
-      }
-    }
-  }
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
 }
 
 TEST_P(FabricProcesses, SameByteCountButDifferentTypeIsReportedAsAMismatch) {
   const auto [provider, n] = GetParam();
   ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
-  auto exits = run_forked_ranks(n, kDeadline, [&](int rank, std::shared_ptr<Store> store) {
-    auto comm =
-        create_communicator("fabric", store, rank, n, with_timeout(std::chrono::seconds(30)));
+  auto outcomes = run_group(n, [&](int rank, std::shared_ptr<Store> store) {
+    auto comm = create_communicator("fabric", store, rank, n, with_timeout(30s));
     std::vector<float> floats(5000, 1.0f);
     std::vector<std::int32_t> ints(5000, 1);
     try {
@@ -212,14 +172,68 @@ TEST_P(FabricProcesses, SameByteCountButDifferentTypeIsReportedAsAMismatch) {
         comm->allreduce(floats);
       }
     } catch (const TimeoutError& e) {
-      std::fprintf(stderr, "rank %d: timed out: %s\n", rank, e.what());
-      return 2;
-    } catch (const CommError& e) {
-      return 0;
+      require(false, std::string("timed out: ") + e.what());
+    } catch (const CommError&) {
+      return;
     }
-    return 1;
+    require(false, "allreduce over different types succeeded");
   });
-  expect_all_exit_zero(exits);
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+// Killed between ops and in the middle of a large allreduce: the others fail within the timeout.
+TEST_P(FabricProcesses, KilledPeerFailsTheOthersWithinTheTimeout) {
+  const auto [provider, n] = GetParam();
+  ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
+  const int victim = n - 1;
+  const auto timeout = 4s;
+  for (bool mid_op : {false, true}) {
+    SCOPED_TRACE(mid_op ? "killed mid-op" : "killed between ops");
+    auto outcomes = run_group(n, [&](int rank, std::shared_ptr<Store> store) {
+      auto comm = create_communicator("fabric", store, rank, n, with_timeout(timeout));
+      std::vector<float> values(4 << 20, 1.0f);
+      comm->allreduce(values);
+      if (rank == victim) {
+        if (mid_op) {
+          Work work = comm->allreduce_async(values);
+          std::this_thread::sleep_for(2ms);
+        }
+        ::raise(SIGKILL);
+      }
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        for (int i = 0; i < 100; ++i) comm->allreduce(values);
+      } catch (const CommError& e) {
+        require(std::chrono::steady_clock::now() - start < timeout + 2s, "failed too late");
+        return;
+      }
+      require(false, "allreduce kept succeeding without the victim");
+    });
+    for (const auto& o : outcomes) {
+      if (o.rank == victim) {
+        EXPECT_EQ(o.signal, SIGKILL) << testing::describe(o);
+      } else {
+        EXPECT_EQ(o.exit_code, 0) << testing::describe(o);
+        EXPECT_FALSE(o.killed_at_deadline) << testing::describe(o);
+      }
+    }
+  }
+}
+
+// A rank that finished the last op and exited must not fail the ranks still finishing it.
+TEST_P(FabricProcesses, RanksThatFinishAndExitFailNobody) {
+  const auto [provider, n] = GetParam();
+  ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
+  auto outcomes = run_group(n, [&](int rank, std::shared_ptr<Store> store) {
+    auto comm = create_communicator("fabric", store, rank, n, with_timeout(20s));
+    std::vector<float> values(1000, 1.0f);
+    for (int i = 0; i < 20; ++i) {
+      // The root leaves as soon as its last broadcast is sent; the others arrive late.
+      if (rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(i == 19 ? 300 : 0));
+      comm->broadcast(values, 0);
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
 }
 
 INSTANTIATE_TEST_SUITE_P(LocalProviders, FabricProcesses,
@@ -242,8 +256,8 @@ class FabricTransportProcesses : public ::testing::TestWithParam<const char*> {}
 // posted later, in reverse order, must still find every one of them.
 TEST_P(FabricTransportProcesses, MessagesThatArriveBeforeTheirReceivesAreAllMatched) {
   ScopedEnv select("DDP_FABRIC_PROVIDER", GetParam());
-  auto exits = run_forked_ranks(2, kDeadline, [&](int rank, std::shared_ptr<Store> store) {
-    auto connection = connect_fabric(*store, rank, 2, std::chrono::seconds(20), AlgorithmConfig{});
+  auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
+    auto connection = connect_fabric(*store, rank, 2, 20s, AlgorithmConfig{});
     PeerTransport& t = *connection.transport;
     constexpr int kMessages = 40;
     auto bytes_of = [](int i) { return i % 5 == 0 ? std::size_t{150000} : std::size_t(4 * i + 4); };
@@ -254,26 +268,27 @@ TEST_P(FabricTransportProcesses, MessagesThatArriveBeforeTheirReceivesAreAllMatc
     if (rank == 1) {
       std::size_t offset = 0;
       for (int i = 0; i < kMessages; ++i) {
-        for (std::size_t b = 0; b < bytes_of(i); ++b)
+        for (std::size_t b = 0; b < bytes_of(i); ++b) {
           data[offset + b] = static_cast<unsigned char>(i + b);
+        }
         t.send(0, static_cast<std::uint32_t>(i), data + offset, bytes_of(i));
         offset += bytes_of(i);
       }
     } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      std::this_thread::sleep_for(300ms);
       std::size_t offset = total;
       for (int i = kMessages - 1; i >= 0; --i) {
         offset -= bytes_of(i);
         t.wait(t.recv(1, static_cast<std::uint32_t>(i), data + offset, bytes_of(i)));
         for (std::size_t b = 0; b < bytes_of(i); ++b) {
-          CHILD_CHECK(data[offset + b] == static_cast<unsigned char>(i + b));
+          require(data[offset + b] == static_cast<unsigned char>(i + b),
+                  "message " + std::to_string(i) + " corrupted");
         }
       }
     }
     t.end_op();
-    return 0;
   });
-  expect_all_exit_zero(exits);
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
 }
 
 INSTANTIATE_TEST_SUITE_P(LocalProviders, FabricTransportProcesses,
@@ -284,44 +299,95 @@ INSTANTIATE_TEST_SUITE_P(LocalProviders, FabricTransportProcesses,
 TEST(FabricProviderChoice, AutomaticChoiceIsShmWhenAllRanksShareTheHost) {
   ScopedEnv no_ddp("DDP_FABRIC_PROVIDER", nullptr);
   ScopedEnv no_fi("FI_PROVIDER", nullptr);
-  auto exits = run_forked_ranks(2, kDeadline, [&](int rank, std::shared_ptr<Store> store) {
+  auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
     auto comm = create_communicator("fabric", store, rank, 2);
     auto* fabric = dynamic_cast<FabricCommunicator*>(comm.get());
-    CHILD_CHECK(fabric && fabric->provider() == "shm");
-    return 0;
+    require(fabric && fabric->provider() == "shm", "automatic choice was not shm");
   });
-  expect_all_exit_zero(exits);
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+// Runs `world` in a child process with a private mount namespace whose /dev/shm is a tmpfs of
+// `megabytes`; returns the child's exit code (77: no mount namespace possible here).
+int in_small_dev_shm(int megabytes, const std::function<bool()>& world) {
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      _exit(77);
+    }
+    const std::string options = "size=" + std::to_string(megabytes) + "m";
+    if (::mount("tmpfs", "/dev/shm", "tmpfs", 0, options.c_str()) != 0) _exit(77);
+    _exit(world() ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+TEST(FabricProviderChoice, TooSmallDevShmMeansTcpAutomaticallyAndAnErrorWhenShmIsForced) {
+  ScopedEnv no_ddp("DDP_FABRIC_PROVIDER", nullptr);
+  ScopedEnv no_fi("FI_PROVIDER", nullptr);
+  auto world = [](bool forced) {
+    return [forced] {
+      if (forced) ::setenv("DDP_FABRIC_PROVIDER", "shm", 1);
+      auto outcomes = run_group(4, [&](int rank, std::shared_ptr<Store> store) {
+        try {
+          auto comm = create_communicator("fabric", store, rank, 4, with_timeout(20s));
+          auto* fabric = dynamic_cast<FabricCommunicator*>(comm.get());
+          require(!forced && fabric && fabric->provider() == "tcp;ofi_rxm", "provider");
+          std::vector<float> values(1000, 1.0f);
+          comm->allreduce(values);
+          require(values[0] == 4.0f, "allreduce over the fallback");
+        } catch (const Error& e) {
+          // ConfigError on each rank, or a peer's reason relayed through the store.
+          require(forced && std::string(e.what()).find("/dev/shm") != std::string::npos, e.what());
+        }
+      });
+      return static_cast<bool>(testing::all_ranks_succeeded(outcomes));
+    };
+  };
+  // Four ranks' regions may grow to 64 MiB; 24 MiB cannot hold them.
+  const int automatic = in_small_dev_shm(24, world(false));
+  if (automatic == 77) GTEST_SKIP() << "cannot create a private mount namespace here (needs root)";
+  EXPECT_EQ(automatic, 0);
+  EXPECT_EQ(in_small_dev_shm(24, world(true)), 0);
 }
 
 TEST(FabricProviderChoice, UnknownProviderIsAConfigErrorListingTheUsableOnes) {
   ScopedEnv select("DDP_FABRIC_PROVIDER", "no_such_provider");
-  auto store = Store::host(0, std::chrono::seconds(10));
-  try {
-    create_communicator("fabric", store, 0, 1);
-    FAIL() << "expected ConfigError";
-  } catch (const ConfigError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("no_such_provider"), std::string::npos) << what;
-    EXPECT_NE(what.find("shm"), std::string::npos) << what;
-    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
-  }
+  auto outcomes = run_group(1, [&](int rank, std::shared_ptr<Store> store) {
+    try {
+      create_communicator("fabric", store, rank, 1);
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      require(what.find("no_such_provider") != std::string::npos, what);
+      require(what.find("shm") != std::string::npos, what);
+      require(what.find('\n') == std::string::npos, what);
+      return;
+    }
+    require(false, "expected ConfigError");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
 }
 
 TEST(FabricProviderChoice, PeersOfARankThatCannotOpenItsEndpointFailWithItsReason) {
-  auto exits = run_forked_ranks(2, kDeadline, [&](int rank, std::shared_ptr<Store> store) {
+  auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
     ::setenv("DDP_FABRIC_PROVIDER", rank == 1 ? "no_such_provider" : "shm", 1);
     try {
-      create_communicator("fabric", store, rank, 2, with_timeout(std::chrono::seconds(20)));
+      create_communicator("fabric", store, rank, 2, with_timeout(20s));
     } catch (const ConfigError&) {
-      return rank == 1 ? 0 : 1;
+      require(rank == 1, "rank 0 got the ConfigError");
+      return;
     } catch (const CommError& e) {
-      CHILD_CHECK(rank == 0 && e.peer() == 1);
-      CHILD_CHECK(std::string(e.what()).find("no_such_provider") != std::string::npos);
-      return 0;
+      require(rank == 0 && e.peer() == 1, e.what());
+      require(std::string(e.what()).find("no_such_provider") != std::string::npos, e.what());
+      return;
     }
-    return 2;
+    require(false, "construction succeeded");
   });
-  expect_all_exit_zero(exits);
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
 }
 
 }  // namespace

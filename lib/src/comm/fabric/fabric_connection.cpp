@@ -47,11 +47,30 @@ struct OpenedEndpoint {
   std::string provider;
 };
 
+// Why the shm regions of this host's ranks would not fit in /dev/shm; empty if they do. A
+// region that outgrows a full tmpfs kills its process with SIGBUS, so this is checked first.
+std::string shm_room(const std::vector<HostIdentity>& hosts, int rank) {
+  const auto available = shm_bytes_available();
+  if (!available) return "";
+  int local_ranks = 0;
+  for (const auto& h : hosts) local_ranks += h.host_key == hosts[rank].host_key ? 1 : 0;
+  const unsigned long long needed = kShmRegionBytes * static_cast<unsigned long long>(local_ranks);
+  if (*available >= needed) return "";
+  return "/dev/shm has " + std::to_string(*available >> 20) + " MiB free and its " +
+         std::to_string(local_ranks) + " shm regions need up to " + std::to_string(needed >> 20) +
+         " MiB; mount a larger /dev/shm (Kubernetes: an emptyDir with medium Memory)";
+}
+
 OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, int size,
                              const AlgorithmConfig& config) {
   const int host_count = count_hosts(hosts);
-  const auto choice =
-      choose_provider_from_env([] { return provider_present("efa"); }, host_count, size);
+  const std::string room = shm_room(hosts, rank);
+  const auto choice = choose_provider_from_env([] { return provider_present("efa"); },
+                                               host_count, size, room);
+  if (choice.provider == "shm" && !room.empty()) {
+    throw ConfigError("libfabric provider shm (" + choice.reason + ") cannot run here: " + room +
+                      ", or set DDP_FABRIC_PROVIDER=tcp;ofi_rxm");
+  }
   InfoQuery query{choice.provider, std::nullopt, std::nullopt};
   if (binds_to_ip_address(choice.provider) && !env::get("FI_TCP_IFACE")) {
     if (auto iface = env::get("DDP_SOCKET_IFNAME")) {

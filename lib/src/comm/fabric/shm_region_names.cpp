@@ -1,6 +1,7 @@
 #include "comm/fabric/shm_region_names.h"
 
 #include <dirent.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <climits>
@@ -64,6 +65,12 @@ std::optional<RegionOwner> parse_region_owner(const std::string& name) {
   } catch (const std::exception&) {
     return std::nullopt;
   }
+}
+
+std::optional<unsigned long long> shm_bytes_available(const std::string& directory) {
+  struct statvfs info {};
+  if (::statvfs(directory.c_str(), &info) != 0) return std::nullopt;
+  return static_cast<unsigned long long>(info.f_bavail) * info.f_frsize;
 }
 
 int reclaim_dead_shm_regions(const std::string& directory) {

@@ -27,6 +27,12 @@ std::optional<RegionOwner> parse_region_owner(const std::string& name);
 // The start time of a running process, or nullopt if it does not exist.
 std::optional<unsigned long long> process_start_time(pid_t pid);
 
+// What one shm endpoint's region may grow to (libfabric 1.17 creates 16 MiB files).
+inline constexpr unsigned long long kShmRegionBytes = 16ull << 20;
+
+// Free bytes in the filesystem holding the regions, or nullopt if it cannot be read.
+std::optional<unsigned long long> shm_bytes_available(const std::string& directory = "/dev/shm");
+
 // Removes /dev/shm regions named by this library whose owner (in this pid namespace) no longer
 // runs. Returns how many were removed.
 int reclaim_dead_shm_regions(const std::string& directory = "/dev/shm");
