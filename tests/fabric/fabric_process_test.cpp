@@ -264,7 +264,9 @@ TEST_P(FabricTransportProcesses, MessagesThatArriveBeforeTheirReceivesAreAllMatc
     std::size_t total = 0;
     for (int i = 0; i < kMessages; ++i) total += bytes_of(i);
     auto* data = static_cast<unsigned char*>(t.scratch(total));
-    t.begin_op(OpKind::kAllgather, 42);
+    t.begin_op(OpHeader{
+        CollectiveSignature::make(CollectiveKind::kAllgather, DataType::kInt32, kMessages, 0, 0),
+        0});
     if (rank == 1) {
       std::size_t offset = 0;
       for (int i = 0; i < kMessages; ++i) {

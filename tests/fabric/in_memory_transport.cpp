@@ -15,12 +15,12 @@ class InMemoryTransport final : public PeerTransport {
   int rank() const override { return rank_; }
   int size() const override { return fabric_.size(); }
 
-  void begin_op(OpKind kind, std::uint32_t signature) override {
+  void begin_op(OpHeader header) override {
     if (in_op_) throw std::logic_error("begin_op inside an op");
     in_op_ = true;
-    kind_ = kind;
-    signature_ = signature;
+    header_ = header;
     ++sequence_;
+    header_.signature.sequence = sequence_;
     deadline_ = std::chrono::steady_clock::now() + fabric_.timeout_;
   }
 
@@ -43,9 +43,8 @@ class InMemoryTransport final : public PeerTransport {
   Request send(int peer, std::uint32_t index, const void* data, std::size_t bytes) override {
     check_usable(peer, data, bytes);
     auto state = std::make_shared<InMemoryFabric::RequestState>();
-    fabric_.post_send(
-        {peer, rank_, sequence_, index},
-        {rank_, signature_, static_cast<char*>(const_cast<void*>(data)), bytes, state});
+    fabric_.post_send({peer, rank_, sequence_, index},
+                      {rank_, header_, static_cast<char*>(const_cast<void*>(data)), bytes, state});
     return track(peer, state);
   }
 
@@ -53,7 +52,7 @@ class InMemoryTransport final : public PeerTransport {
     check_usable(peer, data, bytes);
     auto state = std::make_shared<InMemoryFabric::RequestState>();
     fabric_.post_recv({rank_, peer, sequence_, index},
-                      {peer, signature_, static_cast<char*>(data), bytes, state});
+                      {peer, header_, static_cast<char*>(data), bytes, state});
     return track(peer, state);
   }
 
@@ -64,9 +63,12 @@ class InMemoryTransport final : public PeerTransport {
     outstanding_.erase(it);
     std::unique_lock<std::mutex> lock(fabric_.mutex_);
     if (!fabric_.changed_.wait_until(lock, deadline_, [&] { return state->done; })) {
-      throw TimeoutError(to_string(kind_), rank_, peer, "no message within the timeout");
+      throw TimeoutError(to_string(header_.signature.kind), rank_, peer,
+                         "no message within the timeout");
     }
-    if (!state->error.empty()) throw CommError(to_string(kind_), rank_, peer, state->error);
+    if (!state->error.empty()) {
+      throw CommError(to_string(header_.signature.kind), rank_, peer, state->error);
+    }
   }
 
   std::size_t max_message_bytes() const override { return fabric_.max_message_bytes_; }
@@ -97,8 +99,7 @@ class InMemoryTransport final : public PeerTransport {
   InMemoryFabric& fabric_;
   int rank_;
   bool in_op_ = false;
-  OpKind kind_ = OpKind::kBarrier;
-  std::uint32_t signature_ = 0;
+  OpHeader header_;
   std::uint32_t sequence_ = 0;
   std::chrono::steady_clock::time_point deadline_;
   std::vector<std::pair<const char*, std::size_t>> exposed_;
@@ -117,8 +118,8 @@ std::unique_ptr<PeerTransport> InMemoryFabric::transport(int rank) {
 }
 
 void InMemoryFabric::match(const Posted& send, const Posted& recv) {
-  if (send.signature != recv.signature) {
-    recv.state->error = "the peer issued a different collective or buffer size";
+  if (auto cause = op_header_mismatch(recv.header, send.header, send.peer); !cause.empty()) {
+    recv.state->error = cause;
   } else if (send.bytes != recv.bytes) {
     recv.state->error = "the peer sent " + std::to_string(send.bytes) + " bytes, expected " +
                         std::to_string(recv.bytes);

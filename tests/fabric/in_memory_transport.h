@@ -37,7 +37,7 @@ class InMemoryFabric {
   };
   struct Posted {
     int peer;
-    std::uint32_t signature;
+    OpHeader header;
     char* data;
     std::size_t bytes;
     std::shared_ptr<RequestState> state;

@@ -1,12 +1,13 @@
-// The tag layout and the op signature: fields round-trip without bleeding into each other, and
-// signatures tell apart the argument mismatches ranks actually make.
+// The tag layout and the op header: tag fields round-trip without bleeding into each other, and
+// headers tell apart the mismatches ranks actually make.
 #include "comm/fabric/message_tag.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "comm/fabric/op_signature.h"
+#include "comm/fabric/algorithms/algorithm_config.h"
+#include "comm/fabric/op_header.h"
 
 namespace ddp::detail::fabric {
 namespace {
@@ -72,39 +73,29 @@ TEST(MessageTag, LargeAndSmallMessagesOfOneIndexHaveDifferentTags) {
   EXPECT_NE(encode_tag(small), encode_tag(large));
 }
 
-TEST(OpSignature, NeverCollidesForCountsThatDifferByLessThanTheFieldRange) {
-  for (DataType dtype : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
-    std::set<std::uint32_t> seen;
-    const std::size_t base = 123456789;
-    for (std::size_t count = base; count < base + 5000; ++count) {
-      seen.insert(op_signature(OpKind::kAllreduce, count, dtype, ReduceOp::kSum, -1));
-    }
-    EXPECT_EQ(seen.size(), 5000u);
-  }
+TEST(OpHeader, AgreementNeedsTheSameCallAndTheSameSettings) {
+  auto header = [](std::uint64_t count, std::uint64_t plan) {
+    return OpHeader{CollectiveSignature::make(CollectiveKind::kAllreduce, DataType::kFloat32, count,
+                                              static_cast<std::uint32_t>(ReduceOp::kSum), 3),
+                    plan};
+  };
+  EXPECT_EQ(op_header_mismatch(header(64, 1), header(64, 1), 2), "");
+  const std::string size = op_header_mismatch(header(64, 1), header(67, 1), 2);
+  EXPECT_NE(size.find("rank 2 issued allreduce(sum, float32 x 67, #3)"), std::string::npos) << size;
+  const std::string plan = op_header_mismatch(header(64, 1), header(64, 2), 2);
+  EXPECT_NE(plan.find("DDP_FABRIC_"), std::string::npos) << plan;
 }
 
-TEST(OpSignature, TellsApartTypesOpsKindsAndRootsAtOneCount) {
-  std::set<std::uint32_t> seen;
-  int total = 0;
-  for (auto kind : {OpKind::kAllreduce, OpKind::kReduceScatter, OpKind::kAllgather}) {
-    for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16,
-                           DataType::kFloat16, DataType::kInt32, DataType::kInt64}) {
-      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax}) {
-        seen.insert(op_signature(kind, 1000, dtype, op, -1));
-        ++total;
-      }
-    }
-  }
-  for (int root = 0; root < 16; ++root) {
-    seen.insert(op_signature(OpKind::kBroadcast, 1000, DataType::kFloat32, ReduceOp::kSum, root));
-    ++total;
-  }
-  EXPECT_EQ(static_cast<int>(seen.size()), total);
-}
-
-TEST(OpSignature, DependsOnThePlan) {
-  EXPECT_NE(op_signature(OpKind::kAllreduce, 1000, DataType::kFloat32, ReduceOp::kSum, -1, 1),
-            op_signature(OpKind::kAllreduce, 1000, DataType::kFloat32, ReduceOp::kSum, -1, 2));
+TEST(OpHeader, PlanFingerprintFollowsTheSettingsThatShapeMessages) {
+  AlgorithmConfig a;
+  AlgorithmConfig b = a;
+  b.pipeline_depth = a.pipeline_depth + 3;  // depth does not change any message
+  EXPECT_EQ(a.fingerprint(), b.fingerprint());
+  b.chunk_bytes = a.chunk_bytes * 2;
+  EXPECT_NE(a.fingerprint(), b.fingerprint());
+  AlgorithmConfig c = a;
+  c.allreduce = AllreduceAlgorithm::kRing;
+  EXPECT_NE(a.fingerprint(), c.fingerprint());
 }
 
 }  // namespace

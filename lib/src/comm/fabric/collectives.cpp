@@ -16,19 +16,19 @@ namespace {
 // all ranks keep the same op sequence.
 class OpScope {
  public:
-  OpScope(PeerTransport& transport, OpKind kind, std::uint32_t signature) : transport_(transport) {
-    transport_.begin_op(kind, signature);
+  OpScope(PeerTransport& transport, CollectiveKind kind, const Buffer& b,
+          const AlgorithmConfig& config, std::uint32_t detail = 0)
+      : transport_(transport) {
+    OpHeader header;
+    header.signature = CollectiveSignature::make(kind, b.dtype, b.count, detail, 0);
+    header.plan = config.fingerprint();
+    transport_.begin_op(header);
   }
   void finish() { transport_.end_op(); }
 
  private:
   PeerTransport& transport_;
 };
-
-std::uint32_t signature_of(OpKind kind, const Buffer& b, const AlgorithmConfig& config,
-                           ReduceOp op = ReduceOp::kSum, int root = -1) {
-  return op_signature(kind, b.count, b.dtype, op, root, config.fingerprint());
-}
 
 }  // namespace
 
@@ -44,8 +44,8 @@ void allreduce(PeerTransport& transport, Buffer buffer, ReduceOp op,
                const AlgorithmConfig& config) {
   const int n = transport.size();
   if (n == 1) return;
-  OpScope scope(transport, OpKind::kAllreduce,
-                signature_of(OpKind::kAllreduce, buffer, config, op));
+  OpScope scope(transport, CollectiveKind::kAllreduce, buffer, config,
+                static_cast<std::uint32_t>(op));
   if (buffer.count == 0) {
     barrier_dissemination(transport);
     return scope.finish();
@@ -67,8 +67,8 @@ void allreduce(PeerTransport& transport, Buffer buffer, ReduceOp op,
 void broadcast(PeerTransport& transport, Buffer buffer, int root, const AlgorithmConfig& config) {
   const int n = transport.size();
   if (n == 1) return;
-  OpScope scope(transport, OpKind::kBroadcast,
-                signature_of(OpKind::kBroadcast, buffer, config, ReduceOp::kSum, root));
+  OpScope scope(transport, CollectiveKind::kBroadcast, buffer, config,
+                static_cast<std::uint32_t>(root));
   if (buffer.count == 0) {
     barrier_dissemination(transport);
   } else if (buffer.bytes() < config.ring_threshold_bytes) {
@@ -87,7 +87,7 @@ void allgather(PeerTransport& transport, Buffer input, Buffer output,
   char* own = static_cast<char*>(output.data) + input.bytes() * static_cast<std::size_t>(r);
   if (input.count > 0 && own != input.data) std::memmove(own, input.data, input.bytes());
   if (n == 1) return;
-  OpScope scope(transport, OpKind::kAllgather, signature_of(OpKind::kAllgather, input, config));
+  OpScope scope(transport, CollectiveKind::kAllgather, input, config);
   if (input.count == 0) {
     barrier_dissemination(transport);
     return scope.finish();
@@ -109,8 +109,8 @@ void reduce_scatter(PeerTransport& transport, Buffer input, Buffer output, Reduc
     }
     return;
   }
-  OpScope scope(transport, OpKind::kReduceScatter,
-                signature_of(OpKind::kReduceScatter, output, config, op));
+  OpScope scope(transport, CollectiveKind::kReduceScatter, output, config,
+                static_cast<std::uint32_t>(op));
   if (output.count == 0) {
     barrier_dissemination(transport);
     return scope.finish();
@@ -131,8 +131,7 @@ void reduce_scatter(PeerTransport& transport, Buffer input, Buffer output, Reduc
 
 void barrier(PeerTransport& transport) {
   if (transport.size() == 1) return;
-  OpScope scope(transport, OpKind::kBarrier,
-                op_signature(OpKind::kBarrier, 0, DataType::kFloat32, ReduceOp::kSum, -1));
+  OpScope scope(transport, CollectiveKind::kBarrier, Buffer(), AlgorithmConfig{});
   barrier_dissemination(transport);
   scope.finish();
 }

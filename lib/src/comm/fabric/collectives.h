@@ -1,7 +1,7 @@
 #pragma once
 // The fabric backend's collectives, written against PeerTransport only: each call brackets one
 // op (begin_op/end_op), picks the algorithm for the payload and runs it. Arguments have been
-// validated by Communicator; here every rank still checks the others' through the signature.
+// validated by Communicator; here every rank still checks the others' through the op header.
 #include "comm/fabric/algorithms/algorithm_config.h"
 #include "comm/fabric/peer_transport.h"
 #include "ddp/comm/types.h"

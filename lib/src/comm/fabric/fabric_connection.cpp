@@ -65,8 +65,8 @@ OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, i
                              const AlgorithmConfig& config) {
   const int host_count = count_hosts(hosts);
   const std::string room = shm_room(hosts, rank);
-  const auto choice = choose_provider_from_env([] { return provider_present("efa"); },
-                                               host_count, size, room);
+  const auto choice =
+      choose_provider_from_env([] { return provider_present("efa"); }, host_count, size, room);
   if (choice.provider == "shm" && !room.empty()) {
     throw ConfigError("libfabric provider shm (" + choice.reason + ") cannot run here: " + room +
                       ", or set DDP_FABRIC_PROVIDER=tcp;ofi_rxm");

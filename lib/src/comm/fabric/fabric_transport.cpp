@@ -33,12 +33,7 @@ constexpr auto kStuckCallLimit = std::chrono::milliseconds(1000);
 // the op.
 constexpr auto kExitedPeerDrain = std::chrono::milliseconds(50);
 
-// What a rank tells a peer before its first message of an op.
-struct OpHeader {
-  std::uint32_t signature;
-  std::uint32_t kind;
-};
-static_assert(sizeof(OpHeader) == 8);
+static_assert(std::is_trivially_copyable_v<OpHeader>, "headers travel as raw bytes");
 
 // An abort notice: the sender's op sequence number, then why it gave up (text).
 constexpr std::size_t kNoticeSequenceBytes = sizeof(std::uint32_t);
@@ -242,19 +237,19 @@ FabricTransport::PeerOpState& FabricTransport::peer_state(int peer) {
 
 void FabricTransport::require_usable() const {
   if (!failure_.empty()) {
-    throw CommError(to_string(kind_), rank_, -1,
+    throw CommError(op_name(), rank_, -1,
                     "the fabric communicator is unusable after an earlier failure (" + failure_ +
                         "); recreate the communicator or restart the job");
   }
 }
 
-void FabricTransport::begin_op(OpKind kind, std::uint32_t signature) {
-  kind_ = kind;
+void FabricTransport::begin_op(OpHeader header) {
+  header_ = header;
   require_usable();
   if (!pending_abort_.empty()) fail(pending_abort_peer_, pending_abort_);
   in_op_ = true;
-  signature_ = signature;
   ++sequence_;
+  header_.signature.sequence = sequence_;
   const auto now = Clock::now();
   deadline_ = now + timeout_;
   next_liveness_check_ = now + kLivenessInterval;
@@ -379,7 +374,7 @@ void FabricTransport::send_header(int peer) {
   tag.source = static_cast<std::uint32_t>(rank_);
   tag.index = kHeaderIndex;
   const std::uint64_t bits = encode_tag(tag);
-  const OpHeader header{signature_, static_cast<std::uint32_t>(kind_)};
+  const OpHeader& header = header_;
   fid_ep* ep = endpoint_->endpoint();
   const fi_addr_t destination = peers_[peer];
   if (injects_small_sends_ && sizeof(header) <= inject_bytes_) {
@@ -556,9 +551,11 @@ void FabricTransport::complete(const fi_cq_tagged_entry& entry) {
       fail(source, cause);
     }
     case SlotKind::kHeader: {
-      OpHeader header;
-      std::memcpy(&header, s.buffer, sizeof(header));
-      if (entry.len != sizeof(header) || header.signature != signature_) fail_mismatch(s.peer);
+      OpHeader theirs;
+      std::memcpy(&theirs, s.buffer, sizeof(theirs));
+      if (entry.len != sizeof(theirs) || !op_header_mismatch(header_, theirs, s.peer).empty()) {
+        fail_mismatch(s.peer, theirs);
+      }
       PeerOpState& state = peer_states_[s.peer];
       state.header_valid = true;
       ready_receives_.insert(ready_receives_.end(), state.deferred.begin(), state.deferred.end());
@@ -578,18 +575,12 @@ void FabricTransport::complete(const fi_cq_tagged_entry& entry) {
   s.done = true;
 }
 
-void FabricTransport::fail_mismatch(int peer) {
-  OpHeader header;
-  std::memcpy(&header, header_buffer(peer), sizeof(header));
-  const auto their_kind = static_cast<OpKind>(header.kind);
-  if (their_kind != kind_) {
-    fail(peer, "rank " + std::to_string(peer) + " issued " + to_string(their_kind) +
-                   " where this rank issued " + to_string(kind_) +
-                   "; every rank must make the same calls in the same order");
-  }
-  fail(peer, "rank " + std::to_string(peer) + " called " + to_string(kind_) +
-                 " with a different element count, type, op or root (or other DDP_FABRIC_* "
-                 "settings); every rank must pass matching buffers");
+void FabricTransport::fail_mismatch(int peer, const OpHeader& theirs) {
+  const std::string cause = op_header_mismatch(header_, theirs, peer);
+  fail(peer, cause.empty() ? "rank " + std::to_string(peer) +
+                                 " sent an op header of the wrong size; is it running another "
+                                 "version of this library?"
+                           : cause);
 }
 
 void FabricTransport::raise_completion_error() {
@@ -612,7 +603,11 @@ void FabricTransport::raise_completion_error() {
          "rank " + std::to_string(tag.source) + " aborted the job's collectives");
   }
   if (code == FI_ETRUNC) {
-    if (s->kind == SlotKind::kHeader) fail_mismatch(s->peer);
+    if (s->kind == SlotKind::kHeader) {
+      fail(s->peer, "rank " + std::to_string(s->peer) +
+                        " sent an op header of another size; is it running another version of "
+                        "this library?");
+    }
     fail(s->peer, "rank " + std::to_string(s->peer) + " sent more than the " +
                       std::to_string(s->bytes) +
                       " bytes this rank expected; the ranks passed buffers of different sizes");
@@ -623,7 +618,7 @@ void FabricTransport::raise_completion_error() {
 }
 
 void FabricTransport::fail(int peer, const std::string& cause, bool timed_out) {
-  const std::string op = to_string(kind_);
+  const std::string op = op_name();
   if (timed_out) {
     TimeoutError error(op, rank_, peer, cause);
     abandon(error.what());

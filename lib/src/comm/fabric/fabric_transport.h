@@ -4,11 +4,12 @@
 // FI_CONTEXT2 contexts, so a completion that arrives while another request is awaited is simply
 // recorded (never counted against the wrong wait). Every wait is bounded by the op's deadline.
 //
-// Op headers: the first message a rank sends to a peer within an op is a small header carrying
-// the op's signature. The receiver checks it before it posts any receive for a large message
-// from that peer, so ranks that disagree on the collective or its sizes fail with a clear error,
-// and no large message can land in a receive of another size (see message_tag.h for why that
-// must never happen on shm). Small receives are posted at once, keeping small ops fast.
+// Op headers: the first message a rank sends to a peer within an op is a small header saying
+// what this rank believes the collective is (op_header.h). The receiver checks it before it posts
+// any receive for a large message from that peer, so ranks that disagree on the collective or its
+// sizes fail with a clear error, and no large message can land in a receive of another size (see
+// message_tag.h for why that must never happen on shm). Small receives are posted at once, keeping
+// small ops fast.
 //
 // On any failure (error completion, mismatch, timeout, peer exit, or an abort notice from a
 // peer) the transport tells every peer with a control message, so their waits end too, closes
@@ -37,7 +38,7 @@ class FabricTransport final : public PeerTransport {
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(peers_.size()); }
-  void begin_op(OpKind kind, std::uint32_t signature) override;
+  void begin_op(OpHeader header) override;
   void end_op() override;
   void expose(const void* data, std::size_t bytes) override;
   void* scratch(std::size_t bytes) override;
@@ -90,7 +91,8 @@ class FabricTransport final : public PeerTransport {
   void require_usable() const;
   // Builds the op's error, abandons the transport and throws it.
   [[noreturn]] void fail(int peer, const std::string& cause, bool timed_out = false);
-  [[noreturn]] void fail_mismatch(int peer);
+  [[noreturn]] void fail_mismatch(int peer, const OpHeader& theirs);
+  const char* op_name() const { return to_string(header_.signature.kind); }
   void abandon(const std::string& reason);
   void notify_peers(const std::string& reason);
   // Reads and discards completions for `period`; false if the provider wedged.
@@ -132,8 +134,7 @@ class FabricTransport final : public PeerTransport {
   std::vector<Request> ready_receives_;
 
   bool in_op_ = false;
-  OpKind kind_ = OpKind::kBarrier;
-  std::uint32_t signature_ = 0;
+  OpHeader header_;
   std::uint32_t sequence_ = 0;
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::steady_clock::time_point next_liveness_check_;

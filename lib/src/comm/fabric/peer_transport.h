@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "comm/fabric/op_signature.h"
+#include "comm/fabric/op_header.h"
 
 namespace ddp::detail::fabric {
 
@@ -22,9 +22,10 @@ class PeerTransport {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  // Starts a collective: `kind` names it in errors, `signature` is stamped on its messages (a
-  // peer whose signature differs issued a different call), and its deadline starts now.
-  virtual void begin_op(OpKind kind, std::uint32_t signature) = 0;
+  // Starts a collective and its deadline. `header` says what this rank believes the collective
+  // is (its sequence number is the transport's to fill in); a peer that believes otherwise fails
+  // the op with a clear error before any data moves between the two.
+  virtual void begin_op(OpHeader header) = 0;
   // Waits for every request not yet waited for and releases the op's memory registrations.
   virtual void end_op() = 0;
 

@@ -22,8 +22,8 @@ struct AlgorithmConfig {
   // DDP_FABRIC_PIPELINE_DEPTH: receives kept posted ahead of the one being reduced.
   int pipeline_depth = 4;
 
-  // A hash of the settings that shape messages; ranks must agree on it (it enters the op
-  // signature).
+  // A hash of the settings that shape messages; ranks must agree on it (it travels in the op
+  // header).
   std::uint64_t fingerprint() const;
 
   // The defaults, overridden by the variables above (ConfigError on malformed values).
