@@ -12,6 +12,7 @@ With --image the pods run the real image under podman instead of the host's bina
 import argparse
 import glob
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -25,9 +26,14 @@ results = []
 
 
 def check(name, ok, detail=""):
+    """Records one result; the detail is shown for a failure (and kept short for a pass)."""
     results.append(bool(ok))
     print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
     return ok
+
+
+FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
+                   "Sneaker", "Bag", "Ankle boot"]
 
 
 def policy_action(job, exit_codes):
@@ -112,7 +118,7 @@ def main():
             said = "\n".join(pod.output)
             check(f"{pod.hostname}: ddprun took node {pod.index} of {n} from the Indexed Job",
                   f"node {pod.index} of {n} (rank from JOB_COMPLETION_INDEX" in said and
-                  "rendezvous at ddp-train-0.ddp-train:" in said, "no such line in its output")
+                  "rendezvous at ddp-train-0.ddp-train:" in said)
         ckpt_dir = os.path.join(shared, "checkpoints", "fashion-mnist")
         written = [f for f in glob.glob(os.path.join(ckpt_dir, "**"), recursive=True)
                    if os.path.isfile(f) and os.path.getsize(f) > 0]
@@ -122,9 +128,18 @@ def main():
 
         _, pods, codes, _ = run.job("eval.yaml", "ddp-eval", shared, 180)
         report = "\n".join(pods[0].output)
-        check("eval Job reads the checkpoint and reports per-class accuracy",
-              codes == [0] and "Ankle boot" in report and "accuracy" in report.lower(),
-              f"exit {codes}")
+        newest = os.path.basename(sorted(written)[-1]) if written else "?"
+        check("eval Job reads the training Job's newest checkpoint", codes == [0] and newest in report,
+              f"exit {codes}, newest checkpoint {newest}")
+        rows = {}
+        for line in pods[0].output:
+            m = re.match(r"(.+?)\s+(\d+)\s+(\d+)\s+([\d.]+)%$", line.strip())
+            if m:
+                rows[m.group(1)] = float(m.group(4))
+        check("it reports accuracy for each of the ten classes and overall",
+              all(c in rows for c in FASHION_CLASSES) and "overall" in rows, f"rows {sorted(rows)}")
+        check("the model trained across the pods learned (overall test accuracy > 50 %; chance is 10 %)",
+              rows.get("overall", 0) > 50, f"overall {rows.get('overall')} %")
 
         # A corrupt dataset: the pods must fail fast with codes that fail the Job, not retry it.
         broken = new_volume(work, "pvc-broken")
