@@ -23,6 +23,8 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kStderrTailLines = 20;
 // After the last worker is reaped, how long to keep reading output that is still in the pipes.
 constexpr auto kDrainTime = std::chrono::seconds(2);
+// How long workers may take to exit on their own after a collective failure (see stop_all).
+constexpr auto kConsequenceGrace = std::chrono::seconds(2);
 
 // Reads what is available on `fd` into `sink`; closes it and sets it to -1 at end of stream.
 void pump(int& fd, WorkerOutput& sink) {
@@ -112,24 +114,37 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
   std::vector<Worker>& workers = workers_;
   RoundOutcome outcome;
   std::optional<FailureReport> own_agent_record;  // published when ddprun was signalled
-  bool stopping = false;
+  bool stopping = false;                          // the round is over for this node
+  bool signalled = false;  // the stop signal went out: later exits are its consequences
   bool killed = false;
-  Clock::time_point stop_deadline{};
+  int stop_signal = SIGTERM;
+  Clock::time_point signal_at{};
+  Clock::time_point kill_at{};
   std::optional<Clock::time_point> all_reaped_at;
   auto next_monitor = Clock::now() + config_.monitor_interval;
 
-  const auto stop_all = [&](int signal) {
-    stopping = true;
-    const int sig = config_.shutdown_timeout.count() == 0 ? SIGKILL : signal;
+  // `grace`: the failure so far is a collective failure, most likely the echo of a worker that
+  // is dying more slowly; let workers exit on their own for a moment so that the real cause is
+  // reported, not masked by the stop signal.
+  const auto stop_all = [&](int signal, bool grace) {
+    const auto now = Clock::now();
+    const auto when =
+        grace ? now + std::min<Clock::duration>(kConsequenceGrace, config_.shutdown_timeout) : now;
+    if (!stopping) {
+      stopping = true;
+      stop_signal = signal;
+      signal_at = when;
+    } else if (!signalled) {
+      stop_signal = signal;
+      signal_at = std::min(signal_at, when);
+    }
+  };
+  const auto send_stop_signal = [&]() {
+    signalled = true;
+    const int sig = config_.shutdown_timeout.count() == 0 ? SIGKILL : stop_signal;
     for (auto& w : workers) w.process->signal_group(sig);
     killed = sig == SIGKILL;
-    stop_deadline = Clock::now() + config_.shutdown_timeout;
-  };
-  const auto remote_failure = [&](const FailureReport& report) {
-    outcome.kind = RoundOutcome::Kind::kFailed;
-    outcome.root_cause = report;
-    ddp::log::error("stopping this node's workers: {}", report.headline());
-    stop_all(SIGTERM);
+    kill_at = Clock::now() + config_.shutdown_timeout;
   };
   const auto base_report = [&]() {
     FailureReport r;
@@ -166,7 +181,8 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
     }
 
     auto wake = next_monitor;
-    if (stopping && !killed) wake = std::min(wake, stop_deadline);
+    if (stopping && !signalled) wake = std::min(wake, signal_at);
+    if (signalled && !killed) wake = std::min(wake, kill_at);
     if (!any_running) wake = std::min(wake, *all_reaped_at + kDrainTime);
     const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now());
     const int rc =
@@ -180,7 +196,7 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
 
     for (int s = inbox_.take(); s != 0; s = inbox_.take()) {
       if (s == SIGCHLD) continue;  // exits are collected below in any case
-      if (stopping) {
+      if (signalled) {
         ddp::log::warn("received {} while stopping: killing the workers now", signal_name(s));
         for (auto& w : workers) w.process->signal_group(SIGKILL);
         killed = true;
@@ -197,7 +213,7 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
       r.message = "the node was asked to stop";
       outcome.root_cause = publish(r);
       if (outcome.root_cause->to_json() == r.to_json()) own_agent_record = r;
-      stop_all(s);
+      stop_all(s, false);
     }
 
     std::vector<pid_t> pids;
@@ -210,7 +226,10 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
         ddp::log::debug("rank {} finished", w.rank);
         continue;
       }
-      if (stopping) continue;  // a consequence of the stop, not a cause
+      // Exits after the stop signal are its consequences; before it, a worker's exit is its
+      // own doing and is reported even while stopping for another node's failure (it may be
+      // the real cause, only slower to exit than the peer whose collective it broke).
+      if (signalled || outcome.kind == RoundOutcome::Kind::kInterrupted) continue;
       FailureReport r = base_report();
       r.rank = w.rank;
       r.local_rank = w.local_rank;
@@ -227,15 +246,16 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
       if (outcome.root_cause->to_json() == r.to_json()) {
         ddp::log::error("{}; stopping this node's workers", r.headline());
       } else {
-        ddp::log::error("{}, after the group failed: {}; stopping this node's workers",
-                        r.headline(), outcome.root_cause->headline());
+        ddp::log::error("{}, after the group failed: {}", r.headline(),
+                        outcome.root_cause->headline());
       }
-      stop_all(SIGTERM);
+      stop_all(SIGTERM, outcome.root_cause->is_consequence());
     }
     reap_orphans(pids);
 
     const auto now = Clock::now();
-    if (stopping && !killed && now >= stop_deadline) {
+    if (stopping && !signalled && now >= signal_at) send_stop_signal();
+    if (signalled && !killed && now >= kill_at) {
       ddp::log::warn("workers still running {:.1f} s after the stop signal: sending SIGKILL",
                      config_.shutdown_timeout.count() / 1000.0);
       for (auto& w : workers) w.process->signal_group(SIGKILL);
@@ -245,12 +265,17 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
       next_monitor = now + config_.monitor_interval;
       if (!stopping && any_running) {
         try {
-          if (auto f = rendezvous.failure(node.round)) remote_failure(*f);
+          if (auto f = rendezvous.failure(node.round)) {
+            outcome.kind = RoundOutcome::Kind::kFailed;
+            outcome.root_cause = *f;
+            ddp::log::error("stopping this node's workers: {}", f->headline());
+            stop_all(SIGTERM, f->is_consequence());
+          }
         } catch (const ddp::StoreError& e) {
           outcome.kind = RoundOutcome::Kind::kStoreLost;
           outcome.detail = e.what();
           ddp::log::error("lost the rendezvous store ({}); stopping this node's workers", e.what());
-          stop_all(SIGTERM);
+          stop_all(SIGTERM, false);
         }
       }
     }
