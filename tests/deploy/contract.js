@@ -182,9 +182,9 @@ function checkSharedVolume(r) {
   const trainPod = podSpecOf(trainJob);
   const trainer = trainPod.containers[0];
   const afterProgram = (c) => c.args.slice(c.args.findIndex((a) => !a.startsWith('--')));
-  const trainData = volumePath(trainPod, trainer, flagValue(afterProgram(trainer), '--data-dir'));
+  const trainData = volumePath(trainPod, trainer, flagValue(afterProgram(trainer), '--data'));
   const trainCkpt = volumePath(trainPod, trainer, flagValue(afterProgram(trainer), '--checkpoint-dir'));
-  if (!trainData || !trainCkpt) return ['training --data-dir or --checkpoint-dir is not on a PVC'];
+  if (!trainData || !trainCkpt) return ['training --data or --checkpoint-dir is not on a PVC'];
 
   const prepPod = podSpecOf(find(r['data-prep'], 'Job'));
   const prep = prepPod.containers[0];
@@ -197,8 +197,8 @@ function checkSharedVolume(r) {
 
   const evalPod = podSpecOf(find(r.eval, 'Job'));
   const evaluator = evalPod.containers[0];
-  const evalData = volumePath(evalPod, evaluator, flagValue(evaluator.args, '--data-dir'));
-  const evalCkpt = volumePath(evalPod, evaluator, flagValue(evaluator.args, '--checkpoint-dir'));
+  const evalData = volumePath(evalPod, evaluator, flagValue(evaluator.args, '--data'));
+  const evalCkpt = volumePath(evalPod, evaluator, flagValue(evaluator.args, '--checkpoint'));
   if (String(evalData) !== String(trainData)) problems.push(`eval reads data ${evalData}, training ${trainData}`);
   if (String(evalCkpt) !== String(trainCkpt)) problems.push(`eval reads checkpoints ${evalCkpt}, training writes ${trainCkpt}`);
 
@@ -362,7 +362,7 @@ const mutations = [
   ['pods: requests = limits, non-root, threads <= CPUs, /dev/shm', 'OpenMP left to its default',
     (r) => { delete find(r.efa, 'ConfigMap').data.OMP_NUM_THREADS; }],
   ['shared volume: data prep -> train -> eval paths, EFS claim', 'eval reads another checkpoint directory',
-    (r) => { podSpecOf(find(r.eval, 'Job')).containers[0].args[1] = '--checkpoint-dir=/ckpt/other'; }],
+    (r) => { podSpecOf(find(r.eval, 'Job')).containers[0].args[1] = '--checkpoint=/ckpt/other'; }],
   ['shared volume: data prep -> train -> eval paths, EFS claim', 'data prep stages elsewhere',
     (r) => { podSpecOf(find(r['data-prep'], 'Job')).containers[0].args[0] = '--dest=/shared/elsewhere'; }],
   ['efa: fabric backend, EFA device, huge pages, eksctl node group', 'TCP backend on EFA',
