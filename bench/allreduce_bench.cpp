@@ -21,6 +21,7 @@
 #include <benchmark/benchmark.h>
 
 #include "allreduce_variants.h"
+#include "fabric_variants.h"
 #include "ddp/comm/factory.h"
 #include "placement_probe.h"
 
@@ -49,7 +50,7 @@ class MemcpyCeiling final : public AllreduceVariant {
   std::vector<float> dst_;
 };
 
-std::vector<VariantFactory> all_variants() {
+std::vector<VariantFactory> all_variants(int world) {
   std::vector<VariantFactory> v;
   v.push_back({"memcpy_ceiling", [](auto, int, int) {
                  return std::unique_ptr<AllreduceVariant>(new MemcpyCeiling());
@@ -60,6 +61,7 @@ std::vector<VariantFactory> all_variants() {
     v.push_back(ddp_variant("ddp_fabric_shm", "fabric", {{"DDP_FABRIC_PROVIDER", "shm"}}));
     v.push_back(ddp_variant("ddp_fabric_tcp", "fabric", {{"DDP_FABRIC_PROVIDER", "tcp;ofi_rxm"}}));
   }
+  for (auto& f : fabric_variants(world)) v.push_back(std::move(f));
   for (auto& f : raw_gloo_variants()) v.push_back(std::move(f));
   v.push_back(c10d_gloo_variant());
   return v;
@@ -71,7 +73,7 @@ int iterations_for(std::size_t bytes) {
 }
 
 void run_rank(int rank, int world, std::shared_ptr<Store> store, int argc, char** argv) {
-  auto factories = all_variants();
+  auto factories = all_variants(world);
   std::vector<std::unique_ptr<AllreduceVariant>> variants;
   for (std::size_t i = 0; i < factories.size(); ++i) {
     variants.push_back(

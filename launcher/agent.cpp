@@ -1,7 +1,10 @@
 #include "agent.h"
 
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <sstream>
@@ -11,6 +14,7 @@
 #include "ddp/log.h"
 #include "failure_report.h"
 #include "rendezvous.h"
+#include "rendezvous_module.h"
 #include "supervisor.h"
 #include "worker_process.h"
 
@@ -44,6 +48,22 @@ std::string make_log_root(const LaunchConfig& config, bool& temporary) {
   return pattern;
 }
 
+// A port free a moment ago, for a --standalone store whose workers start before it is up.
+// (torchrun picks its workers' port the same way.)
+int free_tcp_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    throw ddp::StoreError("cannot find a free TCP port for the --standalone store");
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
 void print_summary(const FailureReport& root, const std::string& error_file) {
   std::istringstream lines(root.summary());
   std::string line;
@@ -55,11 +75,17 @@ void print_summary(const FailureReport& root, const std::string& error_file) {
 
 int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& env,
               SignalInbox& inbox) {
+  RendezvousModule module;  // first: loading libtorch's c10d takes a while, it runs meanwhile
   // Orphans of the workers (daemonized grandchildren) become ours to reap, not init's.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
+  LaunchConfig effective = config;
+  // One node needs no rendezvous to know its ranks: its workers start before the store is up,
+  // so a --standalone store's free port is picked now (as torchrun picks its workers' port).
+  const bool start_early = config.max_nodes == 1;
+  if (start_early && effective.store_port == 0) effective.store_port = free_tcp_port();
   const std::string program = find_program(config.command.front(), env);
   for (const auto& notice : config.notices) ddp::log::warn("{}", notice);
-  ddp::log::info("{}", config.describe());
+  ddp::log::info("{}", effective.describe());
 
   bool temporary_logs = false;
   const std::string log_root = make_log_root(config, temporary_logs);
@@ -77,14 +103,22 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
     if (int s = inbox.take_termination()) throw Interrupted{s};
   };
   try {
-    Rendezvous rendezvous(config, host, poll_interrupt);
-    Supervisor supervisor(config, env, program, log_root, inbox, rendezvous, host.hostname);
+    Supervisor supervisor(effective, env, program, log_root, inbox, host.hostname);
+    if (start_early) {
+      supervisor.start(NodeAssignment{0, 0, 1, 0, config.nproc_per_node}, effective.store_host,
+                       effective.store_port);
+    }
+    auto rendezvous_owner = module.create(effective, host, poll_interrupt);
+    Rendezvous& rendezvous = *rendezvous_owner;
     for (;;) {
       const NodeAssignment node = rendezvous.join();
       ddp::log::info("round {}: node {} of {}, ranks {}..{} of {}", node.round, node.group_rank,
                      node.group_world_size, node.rank_offset,
                      node.rank_offset + config.nproc_per_node - 1, node.world_size);
-      RoundOutcome outcome = supervisor.run(node);
+      if (!supervisor.started_for(node)) {
+        supervisor.start(node, rendezvous.store_host(), rendezvous.store_port());
+      }
+      RoundOutcome outcome = supervisor.supervise(node, rendezvous);
       if (outcome.kind == RoundOutcome::Kind::kSucceeded) {
         if (auto failure = rendezvous.finish(node.round, node.group_world_size)) {
           ddp::log::error("this node's workers finished, but the group failed: {}",
@@ -103,30 +137,33 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
                         rendezvous.store_host(), rendezvous.store_port());
         return ddp::exit_code::kRendezvous;
       }
-      const FailureReport& root = *outcome.root_cause;
-      print_summary(root, error_file);
-      write_error_file(error_file, root);
-      try {
-        rendezvous.acknowledge_stop(node.round);
-      } catch (const ddp::StoreError& e) {
-        ddp::log::warn("could not acknowledge the stop: {}", e.what());
-      }
+      rendezvous.acknowledge_stop(node.round, outcome.kind == RoundOutcome::Kind::kInterrupted);
       if (outcome.kind == RoundOutcome::Kind::kInterrupted) {
+        // This node is going away (its pod is being deleted): report and leave promptly.
+        print_summary(*outcome.root_cause, error_file);
+        write_error_file(error_file, *outcome.root_cause);
         rendezvous.linger_until_stopped(node.round, node.group_world_size);
         return outcome.exit_code;
       }
       if (node.round >= config.max_restarts) {
+        const FailureReport root =
+            rendezvous.settle_failure(node.round, node.group_world_size, *outcome.root_cause);
+        print_summary(root, error_file);
+        write_error_file(error_file, root);
         if (config.max_restarts > 0) {
           ddp::log::error("no restarts left ({} used)", config.max_restarts);
         }
-        rendezvous.linger_until_stopped(node.round, node.group_world_size);
+        rendezvous.linger_until_settled(node.round, node.group_world_size);
         return root.exit_code;
       }
+      print_summary(*outcome.root_cause, error_file);
+      write_error_file(error_file, *outcome.root_cause);
       ddp::log::warn("restarting the group: restart {} of {}", node.round + 1, config.max_restarts);
       rendezvous.advance(node.round);
     }
   } catch (const Interrupted& i) {
-    ddp::log::warn("received {} before the workers started; exiting", signal_name(i.signal));
+    // Outside supervision (joining, exit barrier): any workers are killed as the stack unwinds.
+    ddp::log::warn("received {} while not supervising workers; exiting", signal_name(i.signal));
     return 128 + i.signal;
   }
 }

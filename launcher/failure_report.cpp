@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ddp/exit_codes.h"
 #include "launch_config.h"
 
 namespace ddprun {
@@ -24,6 +25,10 @@ std::string utc_time(long long seconds) {
 }
 
 }  // namespace
+
+bool FailureReport::is_consequence() const {
+  return kind == "worker" && signal == 0 && exit_code == ddp::exit_code::kComm;
+}
 
 std::string FailureReport::to_json() const {
   json j = {{"kind", kind},

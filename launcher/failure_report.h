@@ -22,6 +22,10 @@ struct FailureReport {
   std::string worker_error_json;  // the worker's error file, verbatim, when it wrote one
   long long timestamp = 0;        // seconds since the epoch
 
+  // A worker that exited with ddp::exit_code::kComm: a collective failed, usually because a
+  // peer died first. Such a report yields the root cause to another failure of its round.
+  bool is_consequence() const;
+
   std::string to_json() const;
   static FailureReport from_json(const std::string& text);
 

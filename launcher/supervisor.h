@@ -5,6 +5,7 @@
 // SIGKILL after --shutdown-timeout) and reports the root cause.
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "failure_report.h"
 #include "host_facts.h"
@@ -29,26 +30,39 @@ struct RoundOutcome {
   std::string detail;
 };
 
+class WorkerProcess;
+class WorkerOutput;
+
 class Supervisor {
  public:
   // `program` is the resolved path of config.command[0]; `log_root` holds attempt_N/ folders.
   Supervisor(const LaunchConfig& config, const EnvMap& agent_env, std::string program,
-             std::string log_root, SignalInbox& inbox, Rendezvous& rendezvous,
-             std::string hostname);
+             std::string log_root, SignalInbox& inbox, std::string hostname);
+  ~Supervisor();
 
-  RoundOutcome run(const NodeAssignment& node);
+  // Starts this node's workers for `node`, with the store at store_host:store_port.
+  void start(const NodeAssignment& node, const std::string& store_host, int store_port);
+  // Whether the running workers were started for exactly this assignment.
+  bool started_for(const NodeAssignment& node) const;
+  // Kills and reaps the workers started last (when the rendezvous assigned something else).
+  void discard();
+  // Supervises the started workers until they all exit (see the file comment).
+  RoundOutcome supervise(const NodeAssignment& node, Rendezvous& rendezvous);
 
   // The folder of one worker's logs and error file in a round.
   std::string worker_dir(int round, int local_rank) const;
 
  private:
+  struct Worker;
+
   const LaunchConfig& config_;
   const EnvMap& agent_env_;
   std::string program_;
   std::string log_root_;
   SignalInbox& inbox_;
-  Rendezvous& rendezvous_;
   std::string hostname_;
+  std::vector<Worker> workers_;
+  std::optional<NodeAssignment> started_;
 };
 
 }  // namespace ddprun

@@ -6,6 +6,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -17,9 +18,12 @@ using Clock = std::chrono::steady_clock;
 
 ChildProcess::ChildProcess(const std::vector<std::string>& argv,
                            const std::map<std::string, std::string>& env) {
-  char path[] = "/tmp/ddprun-test-output-XXXXXX";
-  const int out = mkstemp(path);
-  output_path_ = path;
+  // A private TMPDIR: what the child leaves there (ddprun keeps its logs after a failure) goes
+  // away with the test.
+  char dir[] = "/tmp/ddprun-test-XXXXXX";
+  temp_dir_ = mkdtemp(dir);
+  output_path_ = temp_dir_ + "/output";
+  const int out = open(output_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   std::vector<std::string> args = argv;
   std::vector<char*> argp;
   for (auto& a : args) argp.push_back(a.data());
@@ -27,6 +31,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
   pid_ = fork();
   if (pid_ == 0) {
     setpgid(0, 0);
+    setenv("TMPDIR", temp_dir_.c_str(), 1);
     for (const auto& [k, v] : env) {
       if (v.empty()) {
         unsetenv(k.c_str());
@@ -51,7 +56,8 @@ ChildProcess::~ChildProcess() {
     int st = 0;
     waitpid(pid_, &st, 0);
   }
-  unlink(output_path_.c_str());
+  std::error_code ignored;
+  std::filesystem::remove_all(temp_dir_, ignored);
 }
 
 std::optional<int> ChildProcess::wait(std::chrono::milliseconds timeout) {

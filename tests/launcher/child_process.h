@@ -14,7 +14,8 @@ namespace ddprun::testing {
 
 class ChildProcess {
  public:
-  // Starts argv[0] (a path) with the test's environment plus `env` ("" values unset a variable).
+  // Starts argv[0] (a path) with the test's environment plus `env` ("" values unset a
+  // variable), and TMPDIR set to a directory of its own that is removed with it.
   ChildProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
@@ -33,6 +34,7 @@ class ChildProcess {
   pid_t pid_ = -1;
   bool reaped_ = false;
   int exit_code_ = -1;
+  std::string temp_dir_;
   std::string output_path_;
 };
 

@@ -134,6 +134,7 @@ TEST(DdprunProcess, SigkilledWorkerStopsEveryNodeWithTheSignalCode) {
   ChildProcess node0(cmd(node_flags(0, port), worker), {});
   ChildProcess node1(cmd(node_flags(1, port), worker), {});
   ASSERT_TRUE(node1.wait_for_output("worker rank=3 pid=", seconds(90))) << node1.output();
+  ASSERT_TRUE(node1.wait_for_output("worker rank=2 pid=", seconds(30))) << node1.output();
   ASSERT_TRUE(node0.wait_for_output("worker rank=0 pid=", seconds(30))) << node0.output();
   ASSERT_TRUE(node0.wait_for_output("worker rank=1 pid=", seconds(30))) << node0.output();
   const auto pids0 = printed_pids(node0.output());
@@ -198,6 +199,38 @@ TEST(DdprunProcess, MaxRestartsRestartsAllNodesTogether) {
   EXPECT_EQ(count_of(both, "restarting the group: restart 1 of 1"), 2) << both;
 }
 
+TEST(DdprunProcess, ReplacementNodeJoinsTheRestartedGroup) {
+  // Kubernetes replaces a pod whose agent died: the surviving node restarts the group and the
+  // new agent joins the next round under the same node rank.
+  const int port = ddp::testing::free_tcp_port();
+  const std::vector<std::string> worker = {kWorker, "--iterations", "150", "--interval-ms", "20"};
+  auto flags0 = node_flags(0, port, 1);
+  auto flags1 = node_flags(1, port, 1);
+  for (auto* flags : {&flags0, &flags1}) {
+    flags->insert(flags->end(), {"--max-restarts", "1", "--shutdown-timeout", "2"});
+  }
+  ChildProcess node0(cmd(flags0, worker), {});
+  auto node1 =
+      std::make_unique<ChildProcess>(cmd(flags1, worker), std::map<std::string, std::string>{});
+  ASSERT_TRUE(node1->wait_for_output("first_allreduce", seconds(90))) << node1->output();
+  const auto first_workers = printed_pids(node1->output());
+  node1->signal(SIGKILL);
+  EXPECT_EQ(node1->wait(seconds(10)), 128 + SIGKILL);
+  EXPECT_TRUE(wait_all_dead(first_workers, seconds(10)));
+  ASSERT_TRUE(node0.wait_for_output("restarting the group: restart 1 of 1", seconds(60)))
+      << node0.output();
+
+  ChildProcess replacement(cmd(flags1, worker), {});
+  ASSERT_EQ(node0.wait(seconds(120)), 0) << node0.output();
+  ASSERT_EQ(replacement.wait(seconds(30)), 0) << replacement.output();
+  EXPECT_NE(replacement.output().find("round 1: node 1 of 2"), std::string::npos)
+      << replacement.output();
+  EXPECT_NE(replacement.output().find("[rank1]:rank=1 sum=3 ok attempt=1"), std::string::npos)
+      << replacement.output();
+  EXPECT_NE(node0.output().find("[rank0]:rank=0 sum=3 ok attempt=1"), std::string::npos)
+      << node0.output();
+}
+
 TEST(DdprunProcess, SigtermIsForwardedThenWorkersAreKilledAfterTheTimeout) {
   ChildProcess run(cmd({"--standalone", "--nproc-per-node", "2", "--shutdown-timeout", "1"},
                        {kSourceDir + "/term_trapping_worker.sh"}),
@@ -223,6 +256,25 @@ TEST(DdprunProcess, SigtermIsForwardedThenWorkersAreKilledAfterTheTimeout) {
   std::vector<pid_t> all = shells;
   all.insert(all.end(), grandchildren.begin(), grandchildren.end());
   EXPECT_TRUE(wait_all_dead(all, seconds(5)));
+}
+
+TEST(DdprunProcess, PreemptedNodeReportsItsWorkersAnswerOnEveryNode) {
+  const int port = ddp::testing::free_tcp_port();
+  const std::vector<std::string> worker = {kSourceDir + "/checkpointing_worker.sh"};
+  ChildProcess node0(cmd(node_flags(0, port, 1), worker), {});
+  ChildProcess node1(cmd(node_flags(1, port, 1), worker), {});
+  ASSERT_TRUE(node0.wait_for_output("ready rank=0", seconds(60))) << node0.output();
+  ASSERT_TRUE(node1.wait_for_output("ready rank=1", seconds(60))) << node1.output();
+  node1.signal(SIGTERM);  // the kubelet stopping node 1's pod
+  EXPECT_EQ(node1.wait(seconds(30)), 75) << node1.output();
+  EXPECT_EQ(node0.wait(seconds(30)), 75) << node0.output();
+  EXPECT_NE(node1.output().find("[rank1]:rank 1 checkpointed"), std::string::npos);
+  EXPECT_NE(node0.output().find("[rank0]:rank 0 checkpointed"), std::string::npos);
+  EXPECT_NE(node0.output().find("root cause (first failure): ddprun on node 1 ("),
+            std::string::npos)
+      << node0.output();
+  EXPECT_NE(node0.output().find("its workers exited with code 75"), std::string::npos)
+      << node0.output();
 }
 
 TEST(DdprunProcess, WorkersDieWithASigkilledAgent) {
@@ -297,6 +349,16 @@ TEST(DdprunProcess, ConfigErrorsAndRendezvousTimeoutsHaveTheirExitCodes) {
   EXPECT_NE(orphan.output().find("cannot reach the rendezvous store at no-such-host.invalid"),
             std::string::npos)
       << orphan.output();
+}
+
+TEST(DdprunProcess, MissingRendezvousModuleIsReportedClearly) {
+  TempDir dir;
+  const std::string lone = dir.path + "/ddprun";
+  std::filesystem::copy_file(kDdprun, lone);
+  ChildProcess run({lone, "--standalone", "--nproc-per-node", "2", kWorker}, {});
+  EXPECT_EQ(run.wait(seconds(60)), 1) << run.output();
+  EXPECT_NE(run.output().find("cannot load ddprun's rendezvous module"), std::string::npos)
+      << run.output();
 }
 
 TEST(DdprunProcess, TeeRedirectsAndLocalRanksFilter) {

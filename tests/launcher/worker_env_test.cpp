@@ -133,6 +133,19 @@ TEST(FailureReport, RoundTripsThroughJson) {
   EXPECT_EQ(FailureReport::from_json("not json").kind, "agent");
 }
 
+TEST(FailureReport, OnlyACollectiveFailureIsAConsequence) {
+  FailureReport r = sample_report();
+  EXPECT_FALSE(r.is_consequence());  // killed by SIGKILL: a cause
+  r.signal = 0;
+  r.exit_code = 70;  // ddp::exit_code::kComm: a peer broke the collective
+  EXPECT_TRUE(r.is_consequence());
+  r.exit_code = 3;
+  EXPECT_FALSE(r.is_consequence());
+  r.exit_code = 70;
+  r.kind = "agent";
+  EXPECT_FALSE(r.is_consequence());
+}
+
 TEST(FailureReport, ComposesATorchelasticErrorFile) {
   const std::string path = "/tmp/ddprun-unit-error-" + std::to_string(getpid()) + ".json";
   write_error_file(path, sample_report());

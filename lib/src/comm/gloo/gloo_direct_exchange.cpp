@@ -29,23 +29,35 @@ GlooDirectExchange::GlooDirectExchange(std::shared_ptr<gloo::Context> context,
       // the process when a message is larger than the posted receive).
       slot_bytes_(sizeof(CollectiveSignature) + max_payload_bytes),
       send_storage_(slot_bytes_),
-      recv_storage_(slot_bytes_ * context_->size) {
+      recv_storage_(2 * slot_bytes_ * context_->size) {
   send_buffer_ = context_->createUnboundBuffer(send_storage_.data(), send_storage_.size());
   recv_buffer_ = context_->createUnboundBuffer(recv_storage_.data(), recv_storage_.size());
+  // Every rank constructs its exchange at the same point, so the slots agree.
+  post_receives(0, context_->nextSlot());
 }
 
 GlooDirectExchange::~GlooDirectExchange() = default;
 
-char* GlooDirectExchange::slot_of(int peer) const {
-  return const_cast<char*>(recv_storage_.data()) + slot_bytes_ * peer;
+char* GlooDirectExchange::slot_of(int half, int peer) const {
+  return const_cast<char*>(recv_storage_.data()) + slot_bytes_ * (half * context_->size + peer);
 }
 
 const void* GlooDirectExchange::payload_of(int peer) const {
-  return slot_of(peer) + sizeof(CollectiveSignature);
+  return slot_of(last_half_, peer) + sizeof(CollectiveSignature);
+}
+
+void GlooDirectExchange::post_receives(int half, std::uint64_t slot) {
+  for (int peer = 0; peer < context_->size; ++peer) {
+    if (peer == context_->rank) continue;
+    recv_buffer_->recv(peer, slot, slot_bytes_ * (half * context_->size + peer), slot_bytes_);
+  }
+  current_half_ = half;
+  posted_slot_ = slot;
 }
 
 void GlooDirectExchange::run(const CollectiveSignature& mine, const void* payload,
                              std::size_t payload_bytes, std::chrono::milliseconds timeout) {
+  if (deferred_error_) std::rethrow_exception(deferred_error_);
   const int rank = context_->rank;
   const int size = context_->size;
   CollectiveSignature header = mine;
@@ -54,26 +66,28 @@ void GlooDirectExchange::run(const CollectiveSignature& mine, const void* payloa
   if (payload_bytes > 0) {
     std::memcpy(send_storage_.data() + sizeof(header), payload, payload_bytes);
   }
+  const int half = current_half_;
   // Our own slot mirrors what we send, so callers can read every rank's payload uniformly.
-  std::memcpy(slot_of(rank), send_storage_.data(), sizeof(header) + payload_bytes);
+  std::memcpy(slot_of(half, rank), send_storage_.data(), sizeof(header) + payload_bytes);
 
   const auto deadline = Clock::now() + timeout;
-  const uint64_t slot = context_->nextSlot();
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
-    recv_buffer_->recv(peer, slot, slot_bytes_ * peer, slot_bytes_);
-  }
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank) continue;
-    send_buffer_->send(peer, slot, 0, sizeof(header) + payload_bytes);
+    send_buffer_->send(peer, posted_slot_, 0, sizeof(header) + payload_bytes);
   }
   for (int i = 0; i < size - 1; ++i) recv_buffer_->waitRecv(nullptr, remaining(deadline));
   for (int i = 0; i < size - 1; ++i) send_buffer_->waitSend(nullptr, remaining(deadline));
+  last_half_ = half;
+  try {
+    post_receives(1 - half, context_->nextSlot());
+  } catch (const std::exception&) {
+    deferred_error_ = std::current_exception();
+  }
 
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     CollectiveSignature theirs;
-    std::memcpy(&theirs, slot_of(peer), sizeof(theirs));
+    std::memcpy(&theirs, slot_of(half, peer), sizeof(theirs));
     if (!theirs.agrees_with(header)) {
       throw CommError(to_string(header.kind), rank, peer, mismatch_message(header, theirs, peer));
     }

@@ -5,6 +5,8 @@
 // allreduce, broadcast, allgather or barrier costs a single round of messages.
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <exception>
 #include <memory>
 #include <vector>
 
@@ -32,11 +34,16 @@ class GlooDirectExchange {
   void run(const CollectiveSignature& mine, const void* payload, std::size_t payload_bytes,
            std::chrono::milliseconds timeout);
 
-  // After run(): the payload rank `peer` sent (this rank's own when peer == rank).
+  // After run(): the payload rank `peer` sent (this rank's own when peer == rank). Valid
+  // until the next run() returns.
   const void* payload_of(int peer) const;
 
  private:
-  char* slot_of(int peer) const;
+  // The receives of exchange k+1 are posted as soon as exchange k completes, into the other
+  // half of the receive storage: gloo holds a send back until the receiver has posted its
+  // receive, so posting early saves that notification on every small collective.
+  void post_receives(int half, std::uint64_t slot);
+  char* slot_of(int half, int peer) const;
 
   std::shared_ptr<gloo::Context> context_;
   std::size_t max_payload_;
@@ -45,6 +52,12 @@ class GlooDirectExchange {
   std::vector<char> recv_storage_;
   std::unique_ptr<gloo::transport::UnboundBuffer> send_buffer_;
   std::unique_ptr<gloo::transport::UnboundBuffer> recv_buffer_;
+  int current_half_ = 0;  // receives for the next run() are posted here
+  std::uint64_t posted_slot_ = 0;
+  int last_half_ = 0;  // where the last run() received
+  // Posting early can fail because a peer already left after the last collective: that is
+  // only an error if another collective follows, so it is raised by the next run().
+  std::exception_ptr deferred_error_;
 };
 
 }  // namespace ddp::detail

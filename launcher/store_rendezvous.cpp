@@ -1,4 +1,4 @@
-#include "rendezvous.h"
+#include "store_rendezvous.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -126,8 +126,8 @@ struct Member {
 
 }  // namespace
 
-Rendezvous::Rendezvous(const LaunchConfig& config, const HostFacts& host,
-                       std::function<void()> poll_interrupt)
+StoreRendezvous::StoreRendezvous(const LaunchConfig& config, const HostFacts& host,
+                                 std::function<void()> poll_interrupt)
     : config_(config), host_(host), poll_interrupt_(std::move(poll_interrupt)) {
   const auto deadline = Clock::now() + config.rdzv.join_timeout;
   store_host_ = config.store_host;
@@ -161,9 +161,9 @@ Rendezvous::Rendezvous(const LaunchConfig& config, const HostFacts& host,
   if (!store_) connect_with_retry(deadline);
 }
 
-Rendezvous::~Rendezvous() = default;
+StoreRendezvous::~StoreRendezvous() = default;
 
-void Rendezvous::connect_with_retry(Clock::time_point deadline) {
+void StoreRendezvous::connect_with_retry(Clock::time_point deadline) {
   const auto start = Clock::now();
   auto next_report = start + kFirstProgress;
   auto backoff = milliseconds(50);
@@ -201,11 +201,11 @@ void Rendezvous::connect_with_retry(Clock::time_point deadline) {
   }
 }
 
-std::string Rendezvous::key(int round, const std::string& name) const {
+std::string StoreRendezvous::key(int round, const std::string& name) const {
   return "round" + std::to_string(round) + "/" + name;
 }
 
-NodeAssignment Rendezvous::join() {
+NodeAssignment StoreRendezvous::join() {
   const auto deadline = Clock::now() + config_.rdzv.join_timeout;
   // The job's current round: "0" for the first agent ever, later the round in progress.
   int round = std::stoi(store_->compare_set("round", "", "0"));
@@ -216,7 +216,6 @@ NodeAssignment Rendezvous::join() {
     // The round closed without this node: wait for the group's next round.
     ddp::log::info("round {} is already running without this node; waiting for the next round",
                    round);
-    store_->add(key(round, "waiting"), 1);
     auto backoff = milliseconds(10);
     for (;;) {
       poll_interrupt_();
@@ -237,7 +236,7 @@ NodeAssignment Rendezvous::join() {
   }
 }
 
-NodeAssignment Rendezvous::try_join(int round, Clock::time_point deadline, bool& late) {
+NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, bool& late) {
   const auto start = Clock::now();
   const int index = static_cast<int>(store_->add(key(round, "joined"), 1));
   json me = {{"node_rank", config_.node_rank.value_or(-1)},
@@ -325,24 +324,64 @@ NodeAssignment Rendezvous::try_join(int round, Clock::time_point deadline, bool&
   return node;
 }
 
-std::optional<FailureReport> Rendezvous::failure(int round) {
+std::optional<FailureReport> StoreRendezvous::failure(int round) {
   if (!store_->check({key(round, "failure")})) return std::nullopt;
   return FailureReport::from_json(store_->get(key(round, "failure")));
 }
 
-FailureReport Rendezvous::publish_failure(int round, const FailureReport& report) {
+FailureReport StoreRendezvous::publish_failure(int round, const FailureReport& report) {
   const std::string mine = report.to_json();
-  const std::string stored = store_->compare_set(key(round, "failure"), "", mine);
-  return stored == mine ? report : FailureReport::from_json(stored);
+  std::string stored = store_->compare_set(key(round, "failure"), "", mine);
+  if (stored == mine) return report;
+  FailureReport existing = FailureReport::from_json(stored);
+  if (existing.is_consequence() && !report.is_consequence()) {
+    stored = store_->compare_set(key(round, "failure"), stored, mine);
+    if (stored == mine) return report;
+    existing = FailureReport::from_json(stored);
+  }
+  return existing;
 }
 
-void Rendezvous::acknowledge_stop(int round) { store_->add(key(round, "stopped"), 1); }
+void StoreRendezvous::revise_failure(int round, const FailureReport& before,
+                                     const FailureReport& after) {
+  store_->compare_set(key(round, "failure"), before.to_json(), after.to_json());
+}
 
-void Rendezvous::advance(int round) {
+void StoreRendezvous::acknowledge_stop(int round, bool leaving) {
+  try {
+    store_->add(key(round, "stopped"), 1);
+    // A leaving node will not read the final root cause: the host must not wait for it.
+    if (leaving) store_->add(key(round, "settled"), 1);
+  } catch (const ddp::StoreError& e) {
+    ddp::log::warn("could not tell the other nodes that this node stopped: {}", e.what());
+  }
+}
+
+void StoreRendezvous::wait_for_count(int round, const std::string& name, int target,
+                                     Clock::time_point deadline) {
+  while (store_->add(key(round, name), 0) < target && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+}
+
+FailureReport StoreRendezvous::settle_failure(int round, int nodes, const FailureReport& fallback) {
+  try {
+    wait_for_count(round, "stopped", nodes,
+                   Clock::now() + config_.shutdown_timeout + std::chrono::seconds(5));
+    auto settled = failure(round);
+    store_->add(key(round, "settled"), 1);
+    return settled ? *settled : fallback;
+  } catch (const ddp::StoreError& e) {
+    ddp::log::warn("could not agree on the root cause with the other nodes: {}", e.what());
+    return fallback;
+  }
+}
+
+void StoreRendezvous::advance(int round) {
   store_->compare_set("round", std::to_string(round), std::to_string(round + 1));
 }
 
-std::optional<FailureReport> Rendezvous::finish(int round, int nodes) {
+std::optional<FailureReport> StoreRendezvous::finish(int round, int nodes) {
   store_->add(key(round, "done"), 1);
   const auto deadline = Clock::now() + config_.rdzv.exit_barrier_timeout;
   auto backoff = milliseconds(1);
@@ -369,12 +408,27 @@ std::optional<FailureReport> Rendezvous::finish(int round, int nodes) {
   return std::nullopt;
 }
 
-void Rendezvous::linger_until_stopped(int round, int nodes) {
+void StoreRendezvous::linger_until_settled(int round, int nodes) {
   if (!hosts_store_) return;
-  const auto deadline = Clock::now() + config_.shutdown_timeout + std::chrono::seconds(10);
-  while (store_->add(key(round, "stopped"), 0) < nodes && Clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(20));
+  try {
+    wait_for_count(round, "settled", nodes, Clock::now() + kReleaseWait);
+  } catch (const ddp::StoreError&) {
+  }
+}
+
+void StoreRendezvous::linger_until_stopped(int round, int nodes) {
+  if (!hosts_store_) return;
+  try {
+    wait_for_count(round, "stopped", nodes,
+                   Clock::now() + config_.shutdown_timeout + std::chrono::seconds(5));
+  } catch (const ddp::StoreError&) {
   }
 }
 
 }  // namespace ddprun
+
+extern "C" ddprun::Rendezvous* ddprun_create_rendezvous(const ddprun::LaunchConfig& config,
+                                                        const ddprun::HostFacts& host,
+                                                        std::function<void()> poll_interrupt) {
+  return new ddprun::StoreRendezvous(config, host, std::move(poll_interrupt));
+}

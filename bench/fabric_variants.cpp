@@ -1,0 +1,43 @@
+#include "fabric_variants.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "ddp/comm/factory.h"
+#include "fabric_reference.h"
+
+namespace ddp::bench {
+
+std::vector<VariantFactory> fabric_variants(int world_size) {
+  std::vector<VariantFactory> variants;
+  const auto backends = available_backends();
+  if (std::find(backends.begin(), backends.end(), "fabric") == backends.end()) return variants;
+#ifdef DDP_BENCH_WITH_FABRIC
+  if (world_size == 2) variants.push_back(bare_shm_ring_variant());
+#endif
+  const char* tuning = std::getenv("DDP_BENCH_FABRIC_TUNING");
+  if (!tuning || std::string(tuning) != "1") return variants;
+  using Env = std::vector<std::pair<std::string, std::string>>;
+  const Env shm{{"DDP_FABRIC_PROVIDER", "shm"}};
+  auto with = [&](Env extra) {
+    Env env = shm;
+    env.insert(env.end(), extra.begin(), extra.end());
+    return env;
+  };
+  for (const char* chunk : {"65536", "131072", "524288", "1048576"}) {
+    variants.push_back(ddp_variant(std::string("ddp_fabric_shm_chunk") + chunk, "fabric",
+                                   with({{"DDP_FABRIC_CHUNK_BYTES", chunk}})));
+  }
+  for (const char* depth : {"1", "2", "8"}) {
+    variants.push_back(ddp_variant(std::string("ddp_fabric_shm_depth") + depth, "fabric",
+                                   with({{"DDP_FABRIC_PIPELINE_DEPTH", depth}})));
+  }
+  variants.push_back(ddp_variant("ddp_fabric_shm_ring_always", "fabric",
+                                 with({{"DDP_FABRIC_ALGORITHM", "ring"}})));
+  variants.push_back(ddp_variant("ddp_fabric_shm_doubling_always", "fabric",
+                                 with({{"DDP_FABRIC_ALGORITHM", "recursive_doubling"}})));
+  return variants;
+}
+
+}  // namespace ddp::bench

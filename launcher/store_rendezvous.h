@@ -1,0 +1,64 @@
+#pragma once
+// The rendezvous on a c10d TCPStore (through ddp::Store). Built as a module that ddprun loads
+// at run time (rendezvous_module.h): it is the only part of ddprun that needs libtorch.
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "rendezvous.h"
+
+namespace ddp {
+class Store;
+}
+
+namespace ddprun {
+
+class StoreRendezvous : public Rendezvous {
+ public:
+  // Hosts the store (static: node 0; c10d: the agent on the endpoint's host) or connects to it,
+  // retrying name resolution and connection until the join timeout. `poll_interrupt` is called
+  // while waiting; it throws to abandon the wait (a signal).
+  StoreRendezvous(const LaunchConfig& config, const HostFacts& host,
+                  std::function<void()> poll_interrupt);
+  ~StoreRendezvous() override;
+
+  bool hosts_store() const override { return hosts_store_; }
+  const std::string& store_host() const override { return store_host_; }
+  int store_port() const override { return store_port_; }
+  NodeAssignment join() override;
+  std::optional<FailureReport> failure(int round) override;
+  FailureReport publish_failure(int round, const FailureReport& report) override;
+  void revise_failure(int round, const FailureReport& before, const FailureReport& after) override;
+  void acknowledge_stop(int round, bool leaving) override;
+  FailureReport settle_failure(int round, int nodes, const FailureReport& fallback) override;
+  void advance(int round) override;
+  std::optional<FailureReport> finish(int round, int nodes) override;
+  void linger_until_settled(int round, int nodes) override;
+  void linger_until_stopped(int round, int nodes) override;
+
+ private:
+  NodeAssignment try_join(int round, std::chrono::steady_clock::time_point deadline, bool& late);
+  void connect_with_retry(std::chrono::steady_clock::time_point deadline);
+  std::string key(int round, const std::string& name) const;
+  // Waits until the round's counter `name` reaches `target` or `deadline` passes.
+  void wait_for_count(int round, const std::string& name, int target,
+                      std::chrono::steady_clock::time_point deadline);
+
+  const LaunchConfig& config_;
+  const HostFacts& host_;
+  std::function<void()> poll_interrupt_;
+  std::shared_ptr<ddp::Store> server_;  // kept alive on the hosting node
+  std::shared_ptr<ddp::Store> store_;   // this agent's view, prefixed by the run id
+  bool hosts_store_ = false;
+  std::string store_host_;
+  int store_port_ = 0;
+  int preferred_rank_ = -1;  // group rank from the previous round, for nodes without a rank
+};
+
+}  // namespace ddprun
+
+// The module's entry point, looked up with dlsym.
+extern "C" ddprun::Rendezvous* ddprun_create_rendezvous(const ddprun::LaunchConfig& config,
+                                                        const ddprun::HostFacts& host,
+                                                        std::function<void()> poll_interrupt);

@@ -1,0 +1,33 @@
+#pragma once
+// Tuning of the fabric collectives: which allreduce algorithm, where the switch to the ring
+// happens and how finely the ring is pipelined. Defaults come from bench/fabric_allreduce_bench;
+// every value can be overridden from the environment for tuning on other machines.
+#include <cstddef>
+#include <cstdint>
+
+namespace ddp::detail::fabric {
+
+enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling };
+
+const char* to_string(AllreduceAlgorithm algorithm);
+
+struct AlgorithmConfig {
+  // DDP_FABRIC_ALGORITHM=auto|ring|recursive_doubling
+  AllreduceAlgorithm allreduce = AllreduceAlgorithm::kAuto;
+  // DDP_FABRIC_RING_THRESHOLD: payloads of at least this many bytes use the bandwidth-optimal
+  // ring (allreduce) or pipelined chain (broadcast); smaller ones the latency-optimal schemes.
+  std::size_t ring_threshold_bytes = 64 * 1024;
+  // DDP_FABRIC_CHUNK_BYTES: the pipeline unit of the ring and the chain.
+  std::size_t chunk_bytes = 256 * 1024;
+  // DDP_FABRIC_PIPELINE_DEPTH: receives kept posted ahead of the one being reduced.
+  int pipeline_depth = 4;
+
+  // A hash of the settings that shape messages; ranks must agree on it (it travels in the op
+  // header).
+  std::uint64_t fingerprint() const;
+
+  // The defaults, overridden by the variables above (ConfigError on malformed values).
+  static AlgorithmConfig from_env();
+};
+
+}  // namespace ddp::detail::fabric

@@ -1,0 +1,116 @@
+#include "comm/fabric/algorithms/ring.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "comm/fabric/algorithms/partition.h"
+
+namespace ddp::detail::fabric {
+namespace {
+
+constexpr PeerTransport::Request kNoRequest = ~PeerTransport::Request{0};
+
+int wrap(int value, int n) { return ((value % n) + n) % n; }
+
+}  // namespace
+
+std::size_t RingLayout::slot_bytes(const AlgorithmConfig& config) const {
+  return static_cast<std::size_t>(config.pipeline_depth) * max_chunk_bytes;
+}
+
+RingLayout ring_layout(std::size_t count, DataType dtype, int ranks, const AlgorithmConfig& config,
+                       std::size_t max_message_bytes) {
+  const std::size_t esize = element_size(dtype);
+  const std::size_t block_elems = ceil_div(count, static_cast<std::size_t>(ranks));
+  const std::size_t block_bytes = block_elems * esize;
+  const std::size_t unit = std::min(config.chunk_bytes, max_message_bytes);
+  std::size_t chunks = std::max<std::size_t>(1, ceil_div(block_bytes, std::max(unit, esize)));
+  chunks = std::min(chunks, std::max<std::size_t>(1, block_elems));
+  return {chunks, ceil_div(block_elems, chunks) * esize};
+}
+
+void run_ring(PeerTransport& transport, Buffer buffer, RingPhases phases, ReduceFn reduce,
+              const RingLayout& layout, const AlgorithmConfig& config, char* slots) {
+  const int n = transport.size();
+  const int r = transport.rank();
+  if (n == 1) return;
+  const std::size_t esize = element_size(buffer.dtype);
+  char* base = static_cast<char*>(buffer.data);
+  const std::size_t chunks = layout.chunks_per_block;
+  const std::size_t depth = static_cast<std::size_t>(config.pipeline_depth);
+  const int right = wrap(r + 1, n);
+  const int left = wrap(r - 1, n);
+
+  // Steps [0, n-1) reduce-scatter, [n-1, 2n-2) allgather.
+  const int first = phases == RingPhases::kAllgather ? n - 1 : 0;
+  const int last = phases == RingPhases::kReduceScatter ? n - 1 : 2 * n - 2;
+  const bool reduce_scatter_runs = first < n - 1;
+  auto send_block = [&](int step) {
+    return step < n - 1 ? wrap(r - step - 1, n) : wrap(r - (step - (n - 1)), n);
+  };
+  // What arrives at a step is what goes out at the next one.
+  auto recv_block = [&](int step) { return send_block(step + 1); };
+  struct Span {
+    char* data;
+    std::size_t bytes;
+  };
+  auto chunk = [&](int block, std::size_t c) {
+    const Piece b = partition(buffer.count, static_cast<std::size_t>(n), block);
+    const Piece p = partition(b.count, chunks, c);
+    return Span{base + (b.offset + p.offset) * esize, p.count * esize};
+  };
+  auto message_index = [&](int step, std::size_t c) {
+    return static_cast<std::uint32_t>(static_cast<std::size_t>(step) * chunks + c);
+  };
+
+  // Reduce-scatter sends, so an allgather receive never lands on a chunk still being sent.
+  std::vector<PeerTransport::Request> scatter_sends(
+      reduce_scatter_runs ? static_cast<std::size_t>(n - 1) * chunks : 0, kNoRequest);
+  auto post_send = [&](int step, std::size_t c) {
+    const Span span = chunk(send_block(step), c);
+    const auto request = transport.send(right, message_index(step, c), span.data, span.bytes);
+    if (step < n - 1) scatter_sends[static_cast<std::size_t>(step) * chunks + c] = request;
+  };
+
+  const std::size_t segments = static_cast<std::size_t>(last - first) * chunks;
+  std::vector<PeerTransport::Request> receives(depth, kNoRequest);
+  auto slot = [&](std::size_t segment) {
+    return slots + (segment % depth) * layout.max_chunk_bytes;
+  };
+  auto post_recv = [&](std::size_t segment) {
+    const int step = first + static_cast<int>(segment / chunks);
+    const std::size_t c = segment % chunks;
+    Span target = chunk(recv_block(step), c);
+    if (step < n - 1) {
+      target.data = slot(segment);
+    } else if (reduce_scatter_runs) {
+      // This chunk left at reduce-scatter step (step - (n-1)); its send must be done first.
+      auto& pending = scatter_sends[static_cast<std::size_t>(step - (n - 1)) * chunks + c];
+      if (pending != kNoRequest) {
+        transport.wait(pending);
+        pending = kNoRequest;
+      }
+    }
+    receives[segment % depth] =
+        transport.recv(left, message_index(step, c), target.data, target.bytes);
+  };
+
+  for (std::size_t c = 0; c < chunks; ++c) post_send(first, c);
+  std::size_t posted = 0;
+  for (std::size_t segment = 0; segment < segments; ++segment) {
+    while (posted < segments && posted < segment + depth) post_recv(posted++);
+    transport.wait(receives[segment % depth]);
+    const int step = first + static_cast<int>(segment / chunks);
+    const std::size_t c = segment % chunks;
+    if (step < n - 1) {
+      const Span own = chunk(recv_block(step), c);
+      reduce(own.data, own.data, slot(segment), own.bytes / esize);
+    }
+    if (step + 1 < last) post_send(step + 1, c);
+  }
+  for (auto& pending : scatter_sends) {
+    if (pending != kNoRequest) transport.wait(pending);
+  }
+}
+
+}  // namespace ddp::detail::fabric

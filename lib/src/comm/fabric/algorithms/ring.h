@@ -1,0 +1,35 @@
+#pragma once
+// The bandwidth-optimal ring, pipelined in chunks. The buffer is split into size() blocks.
+// Reduce-scatter (size()-1 steps) leaves block r fully reduced on rank r; allgather (size()-1
+// steps) then passes every finished block around. Each block is cut into chunks, and a chunk
+// moves on to the next step as soon as it has arrived (and been reduced), so transfers of
+// later chunks overlap the reduction of earlier ones and every link stays busy.
+#include <cstddef>
+
+#include "comm/fabric/algorithms/algorithm_config.h"
+#include "comm/fabric/peer_transport.h"
+#include "comm/reduce_kernels.h"
+#include "ddp/comm/types.h"
+
+namespace ddp::detail::fabric {
+
+enum class RingPhases { kReduceScatter, kAllgather, kBoth };
+
+// The plan every rank derives from the element count alone.
+struct RingLayout {
+  std::size_t chunks_per_block;
+  std::size_t max_chunk_bytes;
+  // Scratch the reduce-scatter phase needs for its in-flight chunks.
+  std::size_t slot_bytes(const AlgorithmConfig& config) const;
+};
+
+RingLayout ring_layout(std::size_t count, DataType dtype, int ranks, const AlgorithmConfig& config,
+                       std::size_t max_message_bytes);
+
+// Runs the phases on `buffer` (exposed by the caller) within the current op. `slots` is at least
+// layout.slot_bytes(config) of transport memory when reduce-scatter runs. `reduce` combines
+// received chunks in place (unused for allgather).
+void run_ring(PeerTransport& transport, Buffer buffer, RingPhases phases, ReduceFn reduce,
+              const RingLayout& layout, const AlgorithmConfig& config, char* slots);
+
+}  // namespace ddp::detail::fabric

@@ -1,0 +1,139 @@
+#include "comm/fabric/collectives.h"
+
+#include <cstring>
+
+#include "comm/fabric/algorithms/barrier.h"
+#include "comm/fabric/algorithms/broadcast.h"
+#include "comm/fabric/algorithms/recursive_doubling.h"
+#include "comm/fabric/algorithms/ring.h"
+#include "comm/reduce_kernels.h"
+
+namespace ddp::detail::fabric {
+namespace {
+
+// Brackets one collective on the transport. Empty payloads still exchange empty messages, so a
+// rank that passed a non-empty buffer where the others passed none gets a mismatch error, and
+// all ranks keep the same op sequence.
+class OpScope {
+ public:
+  OpScope(PeerTransport& transport, CollectiveKind kind, const Buffer& b,
+          const AlgorithmConfig& config, std::uint32_t detail = 0)
+      : transport_(transport) {
+    OpHeader header;
+    header.signature = CollectiveSignature::make(kind, b.dtype, b.count, detail, 0);
+    header.plan = config.fingerprint();
+    transport_.begin_op(header);
+  }
+  void finish() { transport_.end_op(); }
+
+ private:
+  PeerTransport& transport_;
+};
+
+}  // namespace
+
+AllreduceAlgorithm choose_allreduce(std::size_t bytes, std::size_t count, int ranks,
+                                    const AlgorithmConfig& config) {
+  if (config.allreduce != AllreduceAlgorithm::kAuto) return config.allreduce;
+  const bool ring_pays =
+      bytes >= config.ring_threshold_bytes && count >= static_cast<std::size_t>(ranks);
+  return ring_pays ? AllreduceAlgorithm::kRing : AllreduceAlgorithm::kRecursiveDoubling;
+}
+
+void allreduce(PeerTransport& transport, Buffer buffer, ReduceOp op,
+               const AlgorithmConfig& config) {
+  const int n = transport.size();
+  if (n == 1) return;
+  OpScope scope(transport, CollectiveKind::kAllreduce, buffer, config,
+                static_cast<std::uint32_t>(op));
+  if (buffer.count == 0) {
+    barrier_dissemination(transport);
+    return scope.finish();
+  }
+  const ReduceFn reduce = reduce_kernel(buffer.dtype, op);
+  if (choose_allreduce(buffer.bytes(), buffer.count, n, config) == AllreduceAlgorithm::kRing) {
+    const auto layout =
+        ring_layout(buffer.count, buffer.dtype, n, config, transport.max_message_bytes());
+    transport.expose(buffer.data, buffer.bytes());
+    char* slots = static_cast<char*>(transport.scratch(layout.slot_bytes(config)));
+    run_ring(transport, buffer, RingPhases::kBoth, reduce, layout, config, slots);
+  } else {
+    allreduce_recursive_doubling(transport, buffer, reduce);
+  }
+  scope.finish();
+  if (op == ReduceOp::kAvg) divide_in_place(buffer.data, buffer.count, buffer.dtype, n);
+}
+
+void broadcast(PeerTransport& transport, Buffer buffer, int root, const AlgorithmConfig& config) {
+  const int n = transport.size();
+  if (n == 1) return;
+  OpScope scope(transport, CollectiveKind::kBroadcast, buffer, config,
+                static_cast<std::uint32_t>(root));
+  if (buffer.count == 0) {
+    barrier_dissemination(transport);
+  } else if (buffer.bytes() < config.ring_threshold_bytes) {
+    broadcast_binomial_tree(transport, buffer, root);
+  } else {
+    transport.expose(buffer.data, buffer.bytes());
+    broadcast_pipelined_chain(transport, buffer, root, config);
+  }
+  scope.finish();
+}
+
+void allgather(PeerTransport& transport, Buffer input, Buffer output,
+               const AlgorithmConfig& config) {
+  const int n = transport.size();
+  const int r = transport.rank();
+  char* own = static_cast<char*>(output.data) + input.bytes() * static_cast<std::size_t>(r);
+  if (input.count > 0 && own != input.data) std::memmove(own, input.data, input.bytes());
+  if (n == 1) return;
+  OpScope scope(transport, CollectiveKind::kAllgather, input, config);
+  if (input.count == 0) {
+    barrier_dissemination(transport);
+    return scope.finish();
+  }
+  const auto layout =
+      ring_layout(output.count, output.dtype, n, config, transport.max_message_bytes());
+  transport.expose(output.data, output.bytes());
+  run_ring(transport, output, RingPhases::kAllgather, nullptr, layout, config, nullptr);
+  scope.finish();
+}
+
+void reduce_scatter(PeerTransport& transport, Buffer input, Buffer output, ReduceOp op,
+                    const AlgorithmConfig& config) {
+  const int n = transport.size();
+  const int r = transport.rank();
+  if (n == 1) {
+    if (output.count > 0 && output.data != input.data) {
+      std::memmove(output.data, input.data, output.bytes());
+    }
+    return;
+  }
+  OpScope scope(transport, CollectiveKind::kReduceScatter, output, config,
+                static_cast<std::uint32_t>(op));
+  if (output.count == 0) {
+    barrier_dissemination(transport);
+    return scope.finish();
+  }
+  // The ring reduces in place; work on a copy so the caller's input stays untouched.
+  const auto layout =
+      ring_layout(input.count, input.dtype, n, config, transport.max_message_bytes());
+  const std::size_t work_bytes = (input.bytes() + 63) / 64 * 64;
+  char* work = static_cast<char*>(transport.scratch(work_bytes + layout.slot_bytes(config)));
+  std::memcpy(work, input.data, input.bytes());
+  Buffer whole(work, input.count, input.dtype);
+  run_ring(transport, whole, RingPhases::kReduceScatter, reduce_kernel(input.dtype, op), layout,
+           config, work + work_bytes);
+  scope.finish();
+  std::memcpy(output.data, work + output.bytes() * static_cast<std::size_t>(r), output.bytes());
+  if (op == ReduceOp::kAvg) divide_in_place(output.data, output.count, output.dtype, n);
+}
+
+void barrier(PeerTransport& transport) {
+  if (transport.size() == 1) return;
+  OpScope scope(transport, CollectiveKind::kBarrier, Buffer(), AlgorithmConfig{});
+  barrier_dissemination(transport);
+  scope.finish();
+}
+
+}  // namespace ddp::detail::fabric

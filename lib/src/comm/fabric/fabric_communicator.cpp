@@ -1,0 +1,41 @@
+#include "comm/fabric/fabric_communicator.h"
+
+#include "comm/fabric/collectives.h"
+#include "comm/fabric/fabric_connection.h"
+#include "comm/fabric/fabric_transport.h"
+#include "ddp/error.h"
+
+namespace ddp::detail {
+
+FabricCommunicator::FabricCommunicator(std::shared_ptr<Store> store, int rank, int size,
+                                       const CommOptions& options)
+    : Communicator(rank, size, options), config_(fabric::AlgorithmConfig::from_env()) {
+  auto connection = fabric::connect_fabric(*store, rank, size, options.timeout, config_);
+  provider_ = std::move(connection.provider);
+  transport_ = std::move(connection.transport);
+}
+
+FabricCommunicator::~FabricCommunicator() {
+  shutdown();
+  transport_.reset();
+}
+
+void FabricCommunicator::do_allreduce(Buffer buffer, ReduceOp op) {
+  fabric::allreduce(*transport_, buffer, op, config_);
+}
+
+void FabricCommunicator::do_broadcast(Buffer buffer, int root) {
+  fabric::broadcast(*transport_, buffer, root, config_);
+}
+
+void FabricCommunicator::do_allgather(Buffer input, Buffer output) {
+  fabric::allgather(*transport_, input, output, config_);
+}
+
+void FabricCommunicator::do_reduce_scatter(Buffer input, Buffer output, ReduceOp op) {
+  fabric::reduce_scatter(*transport_, input, output, op, config_);
+}
+
+void FabricCommunicator::do_barrier() { fabric::barrier(*transport_); }
+
+}  // namespace ddp::detail

@@ -1,0 +1,45 @@
+#pragma once
+// The libfabric backend (DDP_BACKEND=fabric): collectives over an RDM endpoint of the provider
+// chosen for the job (efa on AWS, shm within one host, tcp;ofi_rxm otherwise). Addresses are
+// exchanged through the rendezvous store; the algorithms live in collectives.h and run over a
+// FabricTransport. This header stays free of libfabric's own headers.
+#include <memory>
+#include <string>
+
+#include "comm/fabric/algorithms/algorithm_config.h"
+#include "ddp/comm/communicator.h"
+#include "ddp/store.h"
+
+namespace ddp::detail {
+
+namespace fabric {
+class FabricTransport;
+}
+
+class FabricCommunicator final : public Communicator {
+ public:
+  // Opens the endpoint and exchanges addresses through `store`. It does not wait for a first
+  // exchange over the fabric: a rank that is slow to start must not see its construction fail
+  // because faster ranks already failed a collective; that collective's error reaches it instead.
+  FabricCommunicator(std::shared_ptr<Store> store, int rank, int size, const CommOptions& options);
+  ~FabricCommunicator() override;
+
+  const char* backend_name() const override { return "fabric"; }
+  // The libfabric provider in use, e.g. "shm" or "tcp;ofi_rxm".
+  const std::string& provider() const { return provider_; }
+  const fabric::AlgorithmConfig& algorithm_config() const { return config_; }
+
+ protected:
+  void do_allreduce(Buffer buffer, ReduceOp op) override;
+  void do_broadcast(Buffer buffer, int root) override;
+  void do_allgather(Buffer input, Buffer output) override;
+  void do_reduce_scatter(Buffer input, Buffer output, ReduceOp op) override;
+  void do_barrier() override;
+
+ private:
+  fabric::AlgorithmConfig config_;
+  std::string provider_;
+  std::unique_ptr<fabric::FabricTransport> transport_;
+};
+
+}  // namespace ddp::detail

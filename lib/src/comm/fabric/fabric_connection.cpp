@@ -1,0 +1,166 @@
+#include "comm/fabric/fabric_connection.h"
+
+#include <atomic>
+#include <optional>
+#include <vector>
+
+#include "comm/fabric/address_exchange.h"
+#include "comm/fabric/fabric_info.h"
+#include "comm/fabric/fabric_transport.h"
+#include "comm/fabric/host_identity.h"
+#include "comm/fabric/message_tag.h"
+#include "comm/fabric/provider_selection.h"
+#include "comm/fabric/shm_region_names.h"
+#include "ddp/env_vars.h"
+#include "ddp/error.h"
+#include "ddp/log.h"
+#include "ddp/store.h"
+#include "net/local_address.h"
+
+namespace ddp::detail::fabric {
+namespace {
+
+// The local IP a socket provider should bind to: the one routing to the store, except on the
+// store's own host, whose route is loopback; there, the one routing to a rank elsewhere.
+std::optional<std::string> source_address(const std::vector<HostIdentity>& hosts, int rank) {
+  const auto& self = hosts[rank];
+  if (self.route_address.empty()) return std::nullopt;
+  if (!net::is_loopback(self.route_address)) return self.route_address;
+  for (const auto& other : hosts) {
+    if (other.host_key != self.host_key && !other.route_address.empty() &&
+        !net::is_loopback(other.route_address)) {
+      return net::local_address_towards(other.route_address);
+    }
+  }
+  return self.route_address;  // every rank on this host: loopback is right
+}
+
+std::string bytes_text(std::size_t bytes) {
+  if (bytes >= (std::size_t{1} << 40)) return "unlimited";
+  if (bytes >= 1024 * 1024) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= 1024) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+struct OpenedEndpoint {
+  std::unique_ptr<FabricEndpoint> endpoint;
+  std::string provider;
+};
+
+// Why the shm regions of this host's ranks would not fit in /dev/shm; empty if they do. A
+// region that outgrows a full tmpfs kills its process with SIGBUS, so this is checked first.
+std::string shm_room(const std::vector<HostIdentity>& hosts, int rank) {
+  const auto available = shm_bytes_available();
+  if (!available) return "";
+  int local_ranks = 0;
+  for (const auto& h : hosts) local_ranks += h.host_key == hosts[rank].host_key ? 1 : 0;
+  const unsigned long long needed = kShmRegionBytes * static_cast<unsigned long long>(local_ranks);
+  if (*available >= needed) return "";
+  return "/dev/shm has " + std::to_string(*available >> 20) + " MiB free and its " +
+         std::to_string(local_ranks) + " shm regions need up to " + std::to_string(needed >> 20) +
+         " MiB; mount a larger /dev/shm (Kubernetes: an emptyDir with medium Memory)";
+}
+
+OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, int size,
+                             const AlgorithmConfig& config) {
+  const int host_count = count_hosts(hosts);
+  const std::string room = shm_room(hosts, rank);
+  const auto choice =
+      choose_provider_from_env([] { return provider_present("efa"); }, host_count, size, room);
+  if (choice.provider == "shm" && !room.empty()) {
+    throw ConfigError("libfabric provider shm (" + choice.reason + ") cannot run here: " + room +
+                      ", or set DDP_FABRIC_PROVIDER=tcp;ofi_rxm");
+  }
+  InfoQuery query{choice.provider, std::nullopt, std::nullopt};
+  if (binds_to_ip_address(choice.provider) && !env::get("FI_TCP_IFACE")) {
+    if (auto iface = env::get("DDP_SOCKET_IFNAME")) {
+      query.domain = *iface;
+    } else {
+      query.source_address = source_address(hosts, rank);
+    }
+  }
+  std::string error;
+  InfoPtr answer = query_fabric(query, &error);
+  if (!answer) {
+    throw ConfigError("libfabric provider '" + choice.provider + "' (" + choice.reason +
+                      ") cannot open an RDM endpoint here (fi_getinfo: " + error +
+                      (query.source_address ? " for address " + *query.source_address : "") +
+                      (query.domain ? " for domain " + *query.domain : "") +
+                      "); usable providers: " + providers_answering_hints() +
+                      "; set DDP_FABRIC_PROVIDER to one of them (see `fi_info -l`)");
+  }
+  // EFA lists one domain per device: spread the ranks of a host over them.
+  const bool per_device = choice.provider == "efa";
+  InfoPtr info = pick_entry(
+      answer.get(), per_device ? static_cast<std::size_t>(local_index(hosts, rank)) : 0, nullptr);
+  OpenedEndpoint opened;
+  opened.provider = info->fabric_attr->prov_name;
+  const std::string description =
+      "provider " + opened.provider + " (" + choice.reason + "), fabric " +
+      info->fabric_attr->name + ", domain " + info->domain_attr->name + "; " +
+      std::to_string(size) + (size == 1 ? " rank on " : " ranks on ") + std::to_string(host_count) +
+      (host_count == 1 ? " host" : " hosts") + ", inject " +
+      bytes_text(info->tx_attr->inject_size) + ", max message " +
+      bytes_text(info->ep_attr->max_msg_size) + ", ring from " +
+      bytes_text(config.ring_threshold_bytes) + " in " + bytes_text(config.chunk_bytes) + " chunks";
+  if (rank == 0) {
+    log::info("fabric: {}", description);
+  } else {
+    log::debug("fabric: {}", description);
+  }
+  std::string name;
+  if (opened.provider == "shm") {
+    static std::atomic<int> serial{0};
+    if (const int reclaimed = reclaim_dead_shm_regions()) {
+      log::debug("fabric: removed {} shared-memory regions left by dead processes", reclaimed);
+    }
+    name = shm_region_name(serial++);
+  }
+  opened.endpoint = std::make_unique<FabricEndpoint>(std::move(info), rank, name);
+  return opened;
+}
+
+}  // namespace
+
+FabricConnection connect_fabric(Store& store, int rank, int size, std::chrono::milliseconds timeout,
+                                const AlgorithmConfig& config) {
+  if (size > kMaxRanks) {
+    throw ConfigError("the fabric backend supports at most " + std::to_string(kMaxRanks) +
+                      " ranks, got " + std::to_string(size));
+  }
+  // Groups connected one after another over the same store (every rank in the same order) each
+  // get their own keys.
+  const auto instance = store.add("instances/" + std::to_string(rank), 1);
+  auto scoped = store.with_prefix(std::to_string(instance));
+
+  const auto self = HostIdentity::current(store.endpoint_host());
+  scoped->set("host/" + std::to_string(rank), self.serialize());
+  std::vector<HostIdentity> hosts(size);
+  for (int r = 0; r < size; ++r) {
+    hosts[r] = HostIdentity::parse(scoped->get("host/" + std::to_string(r)));
+  }
+
+  OpenedEndpoint opened;
+  try {
+    opened = open_endpoint(hosts, rank, size, config);
+  } catch (const Error& e) {
+    publish_failure(*scoped, rank, e.what());
+    throw;
+  }
+  publish_endpoint(*scoped, rank, opened.provider, opened.endpoint->address());
+  const auto addresses = collect_addresses(*scoped, rank, size, opened.provider);
+  auto peers = opened.endpoint->insert_addresses(addresses);
+
+  std::vector<std::optional<pid_t>> local_pids(size);
+  for (int r = 0; r < size; ++r) {
+    if (r != rank && hosts[r].host_key == self.host_key) local_pids[r] = hosts[r].pid;
+  }
+  FabricConnection connection;
+  connection.provider = opened.provider;
+  connection.transport =
+      std::make_unique<FabricTransport>(std::move(opened.endpoint), std::move(peers), rank, timeout,
+                                        PeerLiveness(std::move(local_pids)));
+  return connection;
+}
+
+}  // namespace ddp::detail::fabric

@@ -1,0 +1,30 @@
+#pragma once
+// Brings up the fabric for one group of ranks: host discovery through the store, provider
+// choice, endpoint, address exchange, and a transport over it. FabricCommunicator is built on
+// this; tests use it to drive the transport directly.
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "comm/fabric/algorithms/algorithm_config.h"
+
+namespace ddp {
+class Store;
+}
+
+namespace ddp::detail::fabric {
+
+class FabricTransport;
+
+struct FabricConnection {
+  std::unique_ptr<FabricTransport> transport;
+  std::string provider;  // as libfabric names it, e.g. "shm" or "tcp;ofi_rxm"
+};
+
+// Every rank of the group calls this with the same store. `config` only feeds the log line.
+// Throws ConfigError (no usable provider), CommError("connect", ...) naming a peer that failed,
+// StoreError if the store does not answer.
+FabricConnection connect_fabric(Store& store, int rank, int size, std::chrono::milliseconds timeout,
+                                const AlgorithmConfig& config);
+
+}  // namespace ddp::detail::fabric

@@ -1,0 +1,715 @@
+#include "comm/fabric/fabric_transport.h"
+
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <type_traits>
+
+#include "comm/fabric/message_tag.h"
+#include "comm/fabric/stuck_call_guard.h"
+#include "ddp/error.h"
+#include "ddp/log.h"
+
+namespace ddp::detail::fabric {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kNoticeBytes = 1024;
+constexpr int kCompletionBatch = 16;
+constexpr std::size_t kAlignment = 4096;
+constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
+// How long an op may still run after a peer that was already past it aborted.
+constexpr auto kAbortGrace = std::chrono::seconds(2);
+// No single libfabric call legitimately takes this long (messages are at most a chunk).
+constexpr auto kStuckCallLimit = std::chrono::milliseconds(1000);
+// How long messages from a peer that has exited may still trickle in before its absence fails
+// the op.
+constexpr auto kExitedPeerDrain = std::chrono::milliseconds(50);
+
+static_assert(std::is_trivially_copyable_v<OpHeader>, "headers travel as raw bytes");
+
+// An abort notice: the sender's op sequence number, then why it gave up (text).
+constexpr std::size_t kNoticeSequenceBytes = sizeof(std::uint32_t);
+
+// Waiting strategy: spin while completions are imminent, then yield the core (ranks may share
+// cores with each other or with compute threads), then sleep in short naps. Polling only happens
+// while a collective waits, never in the background.
+class PollBackoff {
+ public:
+  void reset() { idle_since_ = Clock::now(); }
+  void pause(Clock::time_point now) {
+    const auto idle = now - idle_since_;
+    if (idle < std::chrono::microseconds(50)) return;
+    if (idle < std::chrono::milliseconds(5)) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+ private:
+  Clock::time_point idle_since_ = Clock::now();
+};
+
+char* aligned_bytes(std::size_t bytes) {
+  const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  auto* p = static_cast<char*>(std::aligned_alloc(kAlignment, rounded));
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+}  // namespace
+
+struct FabricTransport::Slot {
+  fi_context2 context;  // first: libfabric returns its address as the completion's op_context
+  SlotKind kind;
+  bool done;
+  int peer;
+  std::uint32_t index;
+  std::size_t bytes;
+  // What a deferred receive posts once its header has arrived.
+  void* buffer;
+  void* desc;
+  std::uint64_t tag;
+};
+
+void FabricTransport::AlignedDeleter::operator()(char* p) const { std::free(p); }
+
+FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
+                                 std::vector<fi_addr_t> peers, int rank,
+                                 std::chrono::milliseconds timeout, PeerLiveness liveness)
+    : endpoint_(std::move(endpoint)),
+      peers_(std::move(peers)),
+      rank_(rank),
+      timeout_(timeout),
+      liveness_(std::move(liveness)),
+      owner_(::getpid()) {
+  static_assert(std::is_standard_layout_v<Slot>,
+                "Slot must be standard layout so that its context's address is its own");
+  guard_ = std::make_unique<StuckCallGuard>(kStuckCallLimit);
+  const fi_info& info = endpoint_->info();
+  inject_bytes_ = info.tx_attr->inject_size;
+  max_message_bytes_ = std::max<std::size_t>(info.ep_attr->max_msg_size, 1);
+  is_shm_ = std::strcmp(info.fabric_attr->prov_name, "shm") == 0;
+  // Elsewhere an inject may still sit in a provider queue when fi_tinject returns, and would be
+  // lost if this process exited right after its last collective; tracked sends are waited for.
+  injects_small_sends_ = is_shm_;
+  peer_states_.resize(peers_.size());
+
+  // shm gets one exact-tag notice receive per peer: a receive with ignore bits, once completed,
+  // can leave its mask on an entry shm reuses for unexpected messages and make them mismatch.
+  // Elsewhere one receive that takes a notice from any peer is enough.
+  notice_receives_ = is_shm_ ? peers_.size() : 1;
+  const std::size_t control_bytes =
+      sizeof(OpHeader) * peers_.size() + kNoticeBytes * notice_receives_;
+  control_area_.reset(aligned_bytes(control_bytes));
+  std::memset(control_area_.get(), 0, control_bytes);
+  control_registration_ = std::make_unique<MemoryRegistration>(*endpoint_, control_area_.get(),
+                                                               control_bytes, next_key_++, rank_);
+  for (std::size_t i = 0; i < notice_receives_; ++i) {
+    const int from = is_shm_ ? static_cast<int>(i) : -1;
+    if (from == rank_) continue;
+    control_slots_.push_back(std::make_unique<Slot>());
+    Slot& s = *control_slots_.back();
+    s.kind = SlotKind::kControl;
+    s.peer = from;
+    s.buffer = notice_buffer(i);
+    s.bytes = kNoticeBytes;
+    post_control_receive(s);
+  }
+}
+
+char* FabricTransport::header_buffer(int peer) const {
+  return control_area_.get() + sizeof(OpHeader) * static_cast<std::size_t>(peer);
+}
+
+char* FabricTransport::notice_buffer(std::size_t index) const {
+  return control_area_.get() + sizeof(OpHeader) * peers_.size() + kNoticeBytes * index;
+}
+
+FabricTransport::~FabricTransport() {
+  // In a forked child (a data loader worker, say) the endpoint's shared-memory region and
+  // sockets still belong to the parent: closing them here could unlink the region or shut the
+  // sockets down under the parent's communicator.
+  if (::getpid() != owner_) {
+    wedged_ = true;
+    abandon_silently();
+    // Its condition variable had a waiter in the parent: destroying it here would wait forever.
+    (void)guard_.release();
+    return;
+  }
+  release_fabric();
+}
+
+void FabricTransport::abandon_silently() {
+  failure_ = "the communicator belongs to another process";
+  release_fabric();
+}
+
+void FabricTransport::release_fabric() {
+  if (!endpoint_) return;
+  if (!wedged_) {
+    // The endpoint goes first, so nothing still posted can touch memory released below.
+    FabricEndpoint* endpoint = endpoint_.get();
+    if (guard_->run([endpoint] { endpoint->close_endpoint(); })) {
+      op_registrations_.clear();
+      scratch_registration_.reset();
+      control_registration_.reset();
+      endpoint_.reset();
+      return;
+    }
+    wedged_ = true;
+  }
+  // A provider call never returned (or the objects belong to the parent of this forked
+  // process): closing could hang or break the owner. Leak the objects and the memory they
+  // reference.
+  for (auto& registration : op_registrations_) (void)registration.release();
+  (void)scratch_registration_.release();
+  (void)control_registration_.release();
+  (void)scratch_.release();
+  (void)control_area_.release();
+  (void)endpoint_.release();
+  for (auto& slot : control_slots_) (void)slot.release();
+  leaked_slots_ = std::make_unique<std::deque<Slot>>(std::move(slots_));
+  (void)leaked_slots_.release();
+}
+
+template <typename Call>
+ssize_t FabricTransport::guarded(Call&& call) {
+  ssize_t rc = 0;
+  if (!guard_->run([&] { rc = call(); })) {
+    wedged_ = true;
+    // Blame a peer this op waits on first: others may have exited normally by now.
+    auto dead = liveness_.first_exited(awaited_peers());
+    if (!dead) dead = liveness_.first_exited(std::vector<bool>(peers_.size(), true));
+    fail(dead.value_or(-1),
+         "a libfabric call did not return within " + std::to_string(kStuckCallLimit.count()) +
+             " ms" +
+             (dead ? "; rank " + std::to_string(*dead) +
+                         " exited on this host, apparently inside the provider's shared-memory "
+                         "critical section"
+                   : std::string("; the provider is stuck")));
+  }
+  return rc;
+}
+
+void FabricTransport::post_control_receive(Slot& s) {
+  MessageTag tag;
+  tag.control = true;
+  tag.source = s.peer < 0 ? 0 : static_cast<std::uint32_t>(s.peer);
+  const std::uint64_t ignore = s.peer < 0 ? kControlIgnoreBits : 0;
+  void* desc = control_registration_->descriptor();
+  fid_ep* ep = endpoint_->endpoint();
+  fid_cq* cq = endpoint_->completion_queue();
+  const std::uint64_t bits = encode_tag(tag);
+  for (;;) {
+    const ssize_t rc = guarded([&] {
+      return fi_trecv(ep, s.buffer, s.bytes, desc, FI_ADDR_UNSPEC, bits, ignore, &s.context);
+    });
+    if (rc == 0) return;
+    if (rc != -FI_EAGAIN) {
+      throw CommError("connect", rank_, -1,
+                      "posting an abort-notice receive failed: " + fabric_error_text(rc));
+    }
+    fi_cq_tagged_entry entries[kCompletionBatch];
+    guarded([&] { return fi_cq_read(cq, entries, kCompletionBatch); });
+  }
+}
+
+PeerTransport::Request FabricTransport::acquire(SlotKind kind, int peer, std::uint32_t index,
+                                                std::size_t bytes) {
+  Request request;
+  if (free_slots_.empty()) {
+    request = static_cast<Request>(slots_.size());
+    slots_.emplace_back();
+  } else {
+    request = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  Slot& s = slots_[request];
+  std::memset(&s, 0, sizeof(s));
+  s.kind = kind;
+  s.peer = peer;
+  s.index = index;
+  s.bytes = bytes;
+  return request;
+}
+
+void FabricTransport::release(Request request) {
+  slots_[request].kind = SlotKind::kFree;
+  free_slots_.push_back(request);
+}
+
+FabricTransport::PeerOpState& FabricTransport::peer_state(int peer) {
+  PeerOpState& state = peer_states_[peer];
+  if (!state.header_sent && !state.header_posted) touched_peers_.push_back(peer);
+  return state;
+}
+
+void FabricTransport::require_usable() const {
+  if (!failure_.empty()) {
+    throw CommError(op_name(), rank_, -1,
+                    "the fabric communicator is unusable after an earlier failure (" + failure_ +
+                        "); recreate the communicator or restart the job");
+  }
+}
+
+void FabricTransport::begin_op(OpHeader header) {
+  header_ = header;
+  require_usable();
+  if (!pending_abort_.empty()) fail(pending_abort_peer_, pending_abort_);
+  in_op_ = true;
+  ++sequence_;
+  header_.signature.sequence = sequence_;
+  const auto now = Clock::now();
+  deadline_ = now + timeout_;
+  next_liveness_check_ = now + kLivenessInterval;
+}
+
+void FabricTransport::end_op() {
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    const SlotKind kind = slots_[i].kind;
+    if (kind == SlotKind::kSend || kind == SlotKind::kRecv || kind == SlotKind::kHeader) {
+      wait(static_cast<Request>(i));
+    }
+  }
+  for (int peer : touched_peers_) peer_states_[peer] = PeerOpState{};
+  touched_peers_.clear();
+  op_registrations_.clear();
+  in_op_ = false;
+}
+
+void FabricTransport::expose(const void* data, std::size_t bytes) {
+  require_usable();
+  if (bytes == 0) return;
+  try {
+    op_registrations_.push_back(
+        std::make_unique<MemoryRegistration>(*endpoint_, data, bytes, next_key_++, rank_));
+  } catch (const CommError& e) {
+    fail(-1, e.what());
+  }
+}
+
+void* FabricTransport::scratch(std::size_t bytes) {
+  require_usable();
+  if (bytes > scratch_bytes_) {
+    const std::size_t grown = std::max(bytes, scratch_bytes_ * 2);
+    scratch_registration_.reset();
+    scratch_.reset(aligned_bytes(grown));
+    scratch_bytes_ = grown;
+    try {
+      scratch_registration_ = std::make_unique<MemoryRegistration>(*endpoint_, scratch_.get(),
+                                                                   grown, next_key_++, rank_);
+    } catch (const CommError& e) {
+      scratch_bytes_ = 0;
+      fail(-1, e.what());
+    }
+  }
+  return scratch_.get();
+}
+
+void* FabricTransport::descriptor_for(const void* data, std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  if (scratch_registration_ && scratch_registration_->contains(data, bytes)) {
+    return scratch_registration_->descriptor();
+  }
+  for (const auto& registration : op_registrations_) {
+    if (registration->contains(data, bytes)) return registration->descriptor();
+  }
+  fail(-1, "internal error: a transfer uses memory that was never registered");
+}
+
+void FabricTransport::check_deadline(int peer, const char* waiting_for) {
+  const auto now = Clock::now();
+  if (now >= next_liveness_check_) {
+    next_liveness_check_ = now + kLivenessInterval;
+    check_awaited_peers_alive();
+  }
+  if (now >= deadline_) {
+    if (!pending_abort_.empty()) fail(pending_abort_peer_, pending_abort_);
+    fail(peer,
+         std::string("no progress within the ") + std::to_string(timeout_.count()) +
+             " ms timeout while waiting for " + waiting_for + " rank " + std::to_string(peer) +
+             "; that rank is dead, stuck, or issued a different collective",
+         /*timed_out=*/true);
+  }
+}
+
+std::vector<bool> FabricTransport::awaited_peers() const {
+  std::vector<bool> awaited(peers_.size(), false);
+  for (const Slot& s : slots_) {
+    const bool in_flight =
+        s.kind == SlotKind::kSend || s.kind == SlotKind::kRecv || s.kind == SlotKind::kHeader;
+    if (in_flight && !s.done && s.peer >= 0) awaited[s.peer] = true;
+  }
+  return awaited;
+}
+
+void FabricTransport::check_awaited_peers_alive() {
+  // Only peers this op still waits on: a peer that finished its part may exit (the end of a
+  // job), and one that is not involved is no reason to fail.
+  const auto dead = liveness_.first_exited(awaited_peers());
+  if (!dead) return;
+  // What it sent before it went may still be on its way: take that first.
+  const auto until = Clock::now() + kExitedPeerDrain;
+  while (Clock::now() < until && awaited_peers()[*dead]) progress();
+  if (!awaited_peers()[*dead]) return;
+  fail(*dead, "rank " + std::to_string(*dead) + " (pid " +
+                  std::to_string(*liveness_.pid_of(*dead)) +
+                  " on this host) exited during the collective");
+}
+
+template <typename Post>
+void FabricTransport::post_with_retry(Post&& post, int peer, const char* what) {
+  PollBackoff backoff;
+  for (;;) {
+    const ssize_t rc = guarded(post);
+    if (rc == 0) return;
+    if (rc != -FI_EAGAIN) {
+      fail(peer, std::string(what) + " rank " + std::to_string(peer) +
+                     " could not be posted: " + fabric_error_text(rc));
+    }
+    // The queues are full: completions free them.
+    if (progress()) {
+      backoff.reset();
+      continue;
+    }
+    check_deadline(peer, what);
+    backoff.pause(Clock::now());
+  }
+}
+
+void FabricTransport::send_header(int peer) {
+  MessageTag tag;
+  tag.sequence = sequence_;
+  tag.source = static_cast<std::uint32_t>(rank_);
+  tag.index = kHeaderIndex;
+  const std::uint64_t bits = encode_tag(tag);
+  const OpHeader& header = header_;
+  fid_ep* ep = endpoint_->endpoint();
+  const fi_addr_t destination = peers_[peer];
+  if (injects_small_sends_ && sizeof(header) <= inject_bytes_) {
+    post_with_retry([&] { return fi_tinject(ep, &header, sizeof(header), destination, bits); },
+                    peer, "an op header to");
+    return;
+  }
+  // Every header of an op is the same, so the peers' sends can share this rank's slot; end_op
+  // waits for them before the next op rewrites it.
+  char* staged = header_buffer(rank_);
+  std::memcpy(staged, &header, sizeof(header));
+  const Request request = acquire(SlotKind::kSend, peer, kHeaderIndex, sizeof(header));
+  void* desc = control_registration_->descriptor();
+  void* context = &slots_[request].context;
+  post_with_retry(
+      [&] { return fi_tsend(ep, staged, sizeof(header), desc, destination, bits, context); }, peer,
+      "an op header to");
+}
+
+void FabricTransport::post_header_receive(int peer) {
+  MessageTag tag;
+  tag.sequence = sequence_;
+  tag.source = static_cast<std::uint32_t>(peer);
+  tag.index = kHeaderIndex;
+  const Request request = acquire(SlotKind::kHeader, peer, kHeaderIndex, sizeof(OpHeader));
+  Slot& s = slots_[request];
+  s.buffer = header_buffer(peer);
+  s.desc = control_registration_->descriptor();
+  s.tag = encode_tag(tag);
+  post_receive(request);
+}
+
+void FabricTransport::post_receive(Request request) {
+  Slot& s = slots_[request];
+  fid_ep* ep = endpoint_->endpoint();
+  post_with_retry(
+      [&] { return fi_trecv(ep, s.buffer, s.bytes, s.desc, FI_ADDR_UNSPEC, s.tag, 0, &s.context); },
+      s.peer, "a receive from");
+}
+
+void FabricTransport::post_ready_receives() {
+  fid_ep* ep = endpoint_->endpoint();
+  std::size_t posted = 0;
+  for (; posted < ready_receives_.size(); ++posted) {
+    Slot& s = slots_[ready_receives_[posted]];
+    const ssize_t rc = guarded([&] {
+      return fi_trecv(ep, s.buffer, s.bytes, s.desc, FI_ADDR_UNSPEC, s.tag, 0, &s.context);
+    });
+    if (rc == -FI_EAGAIN) break;  // the next progress tries again
+    if (rc != 0) {
+      fail(s.peer, "a receive from rank " + std::to_string(s.peer) +
+                       " could not be posted: " + fabric_error_text(rc));
+    }
+  }
+  ready_receives_.erase(ready_receives_.begin(), ready_receives_.begin() + posted);
+}
+
+PeerTransport::Request FabricTransport::send(int peer, std::uint32_t index, const void* data,
+                                             std::size_t bytes) {
+  require_usable();
+  PeerOpState& state = peer_state(peer);
+  if (!state.header_sent) {
+    state.header_sent = true;
+    send_header(peer);
+  }
+  MessageTag tag;
+  tag.large = bytes > inject_bytes_;
+  tag.sequence = sequence_;
+  tag.source = static_cast<std::uint32_t>(rank_);
+  tag.index = data_index(index);
+  const std::uint64_t bits = encode_tag(tag);
+  fid_ep* ep = endpoint_->endpoint();
+  const fi_addr_t destination = peers_[peer];
+  if (!tag.large && injects_small_sends_) {
+    // Written into the peer's shared memory before returning; no completion is generated.
+    post_with_retry([&] { return fi_tinject(ep, data, bytes, destination, bits); }, peer,
+                    "a send to");
+    const Request request = acquire(SlotKind::kSend, peer, index, bytes);
+    slots_[request].done = true;
+    return request;
+  }
+  void* desc = descriptor_for(data, bytes);
+  const Request request = acquire(SlotKind::kSend, peer, index, bytes);
+  void* context = &slots_[request].context;
+  post_with_retry([&] { return fi_tsend(ep, data, bytes, desc, destination, bits, context); }, peer,
+                  "a send to");
+  return request;
+}
+
+PeerTransport::Request FabricTransport::recv(int peer, std::uint32_t index, void* data,
+                                             std::size_t bytes) {
+  require_usable();
+  PeerOpState& state = peer_state(peer);
+  if (!state.header_posted) {
+    state.header_posted = true;
+    post_header_receive(peer);
+  }
+  MessageTag tag;
+  tag.large = bytes > inject_bytes_;
+  tag.sequence = sequence_;
+  tag.source = static_cast<std::uint32_t>(peer);
+  tag.index = data_index(index);
+  void* desc = descriptor_for(data, bytes);
+  const Request request = acquire(SlotKind::kRecv, peer, index, bytes);
+  Slot& s = slots_[request];
+  s.buffer = data;
+  s.desc = desc;
+  s.tag = encode_tag(tag);
+  // A large receive waits for the header: only then is its size known to match the sender's.
+  if (tag.large && !state.header_valid) {
+    state.deferred.push_back(request);
+  } else {
+    post_receive(request);
+  }
+  return request;
+}
+
+void FabricTransport::wait(Request request) {
+  require_usable();
+  Slot& s = slots_[request];
+  PollBackoff backoff;
+  while (!s.done) {
+    if (progress()) {
+      backoff.reset();
+      continue;
+    }
+    check_deadline(s.peer, s.kind == SlotKind::kSend ? "a send to" : "a message from");
+    backoff.pause(Clock::now());
+  }
+  release(request);
+}
+
+bool FabricTransport::progress() {
+  fi_cq_tagged_entry entries[kCompletionBatch];
+  fid_cq* cq = endpoint_->completion_queue();
+  const ssize_t count = guarded([&] { return fi_cq_read(cq, entries, kCompletionBatch); });
+  if (count > 0) {
+    for (ssize_t i = 0; i < count; ++i) complete(entries[i]);
+    if (!ready_receives_.empty()) post_ready_receives();
+    return true;
+  }
+  if (!ready_receives_.empty()) post_ready_receives();
+  if (count == -FI_EAGAIN) return false;
+  if (count == -FI_EAVAIL) raise_completion_error();
+  fail(-1, "reading the completion queue failed: " + fabric_error_text(count));
+}
+
+void FabricTransport::complete(const fi_cq_tagged_entry& entry) {
+  Slot& s = *reinterpret_cast<Slot*>(entry.op_context);
+  switch (s.kind) {
+    case SlotKind::kControl: {
+      const int source = static_cast<int>(decode_tag(entry.tag).source);
+      const std::size_t length = std::min(entry.len, kNoticeBytes);
+      std::uint32_t their_sequence = sequence_;
+      std::string text;
+      if (length >= kNoticeSequenceBytes) {
+        std::memcpy(&their_sequence, s.buffer, kNoticeSequenceBytes);
+        text.assign(static_cast<const char*>(s.buffer) + kNoticeSequenceBytes,
+                    length - kNoticeSequenceBytes);
+      }
+      const std::string cause = "rank " + std::to_string(source) +
+                                " aborted the job's collectives" +
+                                (text.empty() ? std::string() : ": " + text);
+      // A rank that failed in a later op has finished this one: what it owed this rank is on
+      // its way, so let this op complete (briefly) and fail the next one instead.
+      const std::uint32_t ahead = their_sequence - sequence_;
+      if (in_op_ && ahead != 0 && ahead < (1u << 31)) {
+        pending_abort_peer_ = source;
+        pending_abort_ = cause;
+        deadline_ = std::min(deadline_, Clock::now() + kAbortGrace);
+        s.done = true;
+        return;
+      }
+      fail(source, cause);
+    }
+    case SlotKind::kHeader: {
+      OpHeader theirs;
+      std::memcpy(&theirs, s.buffer, sizeof(theirs));
+      if (entry.len != sizeof(theirs) || !op_header_mismatch(header_, theirs, s.peer).empty()) {
+        fail_mismatch(s.peer, theirs);
+      }
+      PeerOpState& state = peer_states_[s.peer];
+      state.header_valid = true;
+      ready_receives_.insert(ready_receives_.end(), state.deferred.begin(), state.deferred.end());
+      state.deferred.clear();
+      break;
+    }
+    case SlotKind::kRecv:
+      if (entry.len != s.bytes) {
+        fail(s.peer, "rank " + std::to_string(s.peer) + " sent " + std::to_string(entry.len) +
+                         " bytes where this rank expected " + std::to_string(s.bytes) +
+                         "; the ranks passed buffers of different sizes");
+      }
+      break;
+    default:
+      break;
+  }
+  s.done = true;
+}
+
+void FabricTransport::fail_mismatch(int peer, const OpHeader& theirs) {
+  const std::string cause = op_header_mismatch(header_, theirs, peer);
+  fail(peer, cause.empty() ? "rank " + std::to_string(peer) +
+                                 " sent an op header of the wrong size; is it running another "
+                                 "version of this library?"
+                           : cause);
+}
+
+void FabricTransport::raise_completion_error() {
+  fi_cq_err_entry error{};  // zeroed: err_data_size 0 asks the provider for its own buffer
+  fid_cq* cq = endpoint_->completion_queue();
+  const ssize_t read = guarded([&] { return fi_cq_readerr(cq, &error, 0); });
+  if (read != 1) fail(-1, "fi_cq_readerr failed: " + fabric_error_text(read));
+  char provider_text[256] = {0};
+  const char* detail = fi_cq_strerror(endpoint_->completion_queue(), error.prov_errno,
+                                      error.err_data, provider_text, sizeof(provider_text));
+  const int code = std::abs(error.err);  // some providers report it negated
+  const std::string message =
+      fabric_error_text(code) +
+      (detail && *detail ? std::string(", provider says: ") + detail : std::string());
+  Slot* s = static_cast<Slot*>(error.op_context);
+  if (!s) fail(-1, "libfabric reported " + message);
+  if (s->kind == SlotKind::kControl) {
+    const MessageTag tag = decode_tag(error.tag);
+    fail(static_cast<int>(tag.source),
+         "rank " + std::to_string(tag.source) + " aborted the job's collectives");
+  }
+  if (code == FI_ETRUNC) {
+    if (s->kind == SlotKind::kHeader) {
+      fail(s->peer, "rank " + std::to_string(s->peer) +
+                        " sent an op header of another size; is it running another version of "
+                        "this library?");
+    }
+    fail(s->peer, "rank " + std::to_string(s->peer) + " sent more than the " +
+                      std::to_string(s->bytes) +
+                      " bytes this rank expected; the ranks passed buffers of different sizes");
+  }
+  const char* direction = s->kind == SlotKind::kSend ? "a send to" : "a receive from";
+  fail(s->peer, std::string("libfabric failed ") + direction + " rank " + std::to_string(s->peer) +
+                    ": " + message);
+}
+
+void FabricTransport::fail(int peer, const std::string& cause, bool timed_out) {
+  const std::string op = op_name();
+  if (timed_out) {
+    TimeoutError error(op, rank_, peer, cause);
+    abandon(error.what());
+    throw error;
+  }
+  CommError error(op, rank_, peer, cause);
+  abandon(error.what());
+  throw error;
+}
+
+void FabricTransport::abandon(const std::string& reason) {
+  if (!failure_.empty() || !endpoint_) return;
+  failure_ = reason;
+  log::debug("fabric: abandoning the endpoint: {}", reason);
+  if (!wedged_) notify_peers(reason);
+  release_fabric();
+}
+
+void FabricTransport::notify_peers(const std::string& reason) {
+  // Tell every peer, so that ranks waiting on this one (or on others) stop now rather than at
+  // their timeout. Best effort: a peer that is gone simply never reads it.
+  MessageTag tag;
+  tag.control = true;
+  tag.source = static_cast<std::uint32_t>(rank_);
+  const std::uint64_t bits = encode_tag(tag);
+  std::string notice(kNoticeSequenceBytes, '\0');
+  std::memcpy(notice.data(), &sequence_, kNoticeSequenceBytes);
+  notice += reason;
+  notice.resize(std::min({notice.size(), inject_bytes_, kNoticeBytes}));
+  fid_ep* ep = endpoint_->endpoint();
+  const char* text = notice.data();
+  const std::size_t length = notice.size();
+  const auto give_up = Clock::now() + std::chrono::milliseconds(100);
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank_) continue;
+    // A peer killed inside shm's critical section leaves its region locked: skip known-dead
+    // peers rather than wait for the stuck-call guard.
+    if (auto pid = liveness_.pid_of(peer); pid && process_exited(*pid)) continue;
+    const fi_addr_t destination = peers_[peer];
+    for (;;) {
+      ssize_t rc = 0;
+      if (!guard_->run([&] { rc = fi_tinject(ep, text, length, destination, bits); })) {
+        wedged_ = true;
+        return;
+      }
+      if (rc != -FI_EAGAIN || Clock::now() >= give_up) break;
+      if (!drain_quietly(std::chrono::milliseconds(0))) return;
+    }
+  }
+  // shm delivers an inject before returning; socket providers need progress to send it.
+  if (!is_shm_) drain_quietly(std::chrono::milliseconds(20));
+}
+
+bool FabricTransport::drain_quietly(std::chrono::milliseconds period) {
+  fid_cq* cq = endpoint_->completion_queue();
+  const auto until = Clock::now() + period;
+  do {
+    fi_cq_tagged_entry entries[kCompletionBatch];
+    ssize_t rc = 0;
+    if (!guard_->run([&] { rc = fi_cq_read(cq, entries, kCompletionBatch); })) {
+      wedged_ = true;
+      return false;
+    }
+    if (rc == -FI_EAVAIL) {
+      fi_cq_err_entry error{};
+      if (!guard_->run([&] { rc = fi_cq_readerr(cq, &error, 0); })) {
+        wedged_ = true;
+        return false;
+      }
+    }
+  } while (Clock::now() < until);
+  return true;
+}
+
+}  // namespace ddp::detail::fabric

@@ -1,0 +1,150 @@
+#pragma once
+// PeerTransport on a libfabric RDM endpoint with manual progress. Every wait polls the one
+// completion queue the endpoint owns; requests are tracked individually through their
+// FI_CONTEXT2 contexts, so a completion that arrives while another request is awaited is simply
+// recorded (never counted against the wrong wait). Every wait is bounded by the op's deadline.
+//
+// Op headers: the first message a rank sends to a peer within an op is a small header saying
+// what this rank believes the collective is (op_header.h). The receiver checks it before it posts
+// any receive for a large message from that peer, so ranks that disagree on the collective or its
+// sizes fail with a clear error, and no large message can land in a receive of another size (see
+// message_tag.h for why that must never happen on shm). Small receives are posted at once, keeping
+// small ops fast.
+//
+// On any failure (error completion, mismatch, timeout, peer exit, or an abort notice from a
+// peer) the transport tells every peer with a control message, so their waits end too, closes
+// its endpoint (so nothing touches caller memory any more) and refuses later ops.
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/fabric/fabric_endpoint.h"
+#include "comm/fabric/peer_liveness.h"
+#include "comm/fabric/peer_transport.h"
+#include "comm/fabric/stuck_call_guard.h"
+
+struct fi_cq_tagged_entry;
+
+namespace ddp::detail::fabric {
+
+class FabricTransport final : public PeerTransport {
+ public:
+  // `peers[r]` is rank r's fi_addr_t in the endpoint's address vector.
+  FabricTransport(std::unique_ptr<FabricEndpoint> endpoint, std::vector<fi_addr_t> peers, int rank,
+                  std::chrono::milliseconds timeout, PeerLiveness liveness);
+  ~FabricTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(peers_.size()); }
+  void begin_op(OpHeader header) override;
+  void end_op() override;
+  void expose(const void* data, std::size_t bytes) override;
+  void* scratch(std::size_t bytes) override;
+  Request send(int peer, std::uint32_t index, const void* data, std::size_t bytes) override;
+  Request recv(int peer, std::uint32_t index, void* data, std::size_t bytes) override;
+  void wait(Request request) override;
+  std::size_t max_message_bytes() const override { return max_message_bytes_; }
+
+  std::size_t inject_bytes() const { return inject_bytes_; }
+
+ private:
+  enum class SlotKind : std::uint8_t { kFree, kSend, kRecv, kHeader, kControl };
+  struct Slot;
+  struct PeerOpState {
+    bool header_sent = false;
+    bool header_posted = false;
+    bool header_valid = false;
+    std::vector<Request> deferred;  // large receives waiting for the header
+  };
+  struct AlignedDeleter {
+    void operator()(char* p) const;
+  };
+
+  Request acquire(SlotKind kind, int peer, std::uint32_t index, std::size_t bytes);
+  void release(Request request);
+  PeerOpState& peer_state(int peer);
+
+  // Reads the completion queue once; true if anything completed.
+  bool progress();
+  void complete(const fi_cq_tagged_entry& entry);
+  [[noreturn]] void raise_completion_error();
+  // Posts receives whose headers have arrived; keeps those the provider cannot take yet.
+  void post_ready_receives();
+  void post_receive(Request request);
+  void send_header(int peer);
+  void post_header_receive(int peer);
+  void post_control_receive(Slot& slot);
+  char* header_buffer(int peer) const;
+  char* notice_buffer(std::size_t index) const;
+  void* descriptor_for(const void* data, std::size_t bytes);
+  // Posts through `post` until it stops answering -FI_EAGAIN, progressing in between.
+  template <typename Post>
+  void post_with_retry(Post&& post, int peer, const char* what);
+  void check_deadline(int peer, const char* waiting_for);
+  // Peers with a transfer of this op still in flight, indexed by rank.
+  std::vector<bool> awaited_peers() const;
+  // Fails the op if a peer it waits on has exited (same-host peers only).
+  void check_awaited_peers_alive();
+
+  void require_usable() const;
+  // Builds the op's error, abandons the transport and throws it.
+  [[noreturn]] void fail(int peer, const std::string& cause, bool timed_out = false);
+  [[noreturn]] void fail_mismatch(int peer, const OpHeader& theirs);
+  const char* op_name() const { return to_string(header_.signature.kind); }
+  void abandon(const std::string& reason);
+  void notify_peers(const std::string& reason);
+  // Reads and discards completions for `period`; false if the provider wedged.
+  bool drain_quietly(std::chrono::milliseconds period);
+  void release_fabric();
+  // Leaks the fabric objects without touching them (wedged_ must be set).
+  void abandon_silently();
+  // Runs one libfabric call under the stuck-call guard; fails the op if it never returns.
+  template <typename Call>
+  ssize_t guarded(Call&& call);
+
+  std::unique_ptr<StuckCallGuard> guard_;
+  bool wedged_ = false;  // a call was abandoned: the endpoint must not be touched again
+  std::unique_ptr<FabricEndpoint> endpoint_;
+  std::vector<fi_addr_t> peers_;
+  int rank_;
+  std::chrono::milliseconds timeout_;
+  PeerLiveness liveness_;
+  pid_t owner_;
+  std::size_t inject_bytes_;
+  std::size_t max_message_bytes_;
+  bool is_shm_;
+  bool injects_small_sends_;
+
+  std::deque<Slot> slots_;  // stable addresses: libfabric holds pointers to their contexts
+  std::unique_ptr<std::deque<Slot>> leaked_slots_;
+  std::vector<Request> free_slots_;
+  std::vector<std::unique_ptr<Slot>> control_slots_;  // abort-notice receives
+  std::size_t notice_receives_ = 1;
+  // Small registered area: one op-header slot per peer, then the abort-notice buffers.
+  std::unique_ptr<char, AlignedDeleter> control_area_;
+  std::unique_ptr<MemoryRegistration> control_registration_;
+
+  std::unique_ptr<char, AlignedDeleter> scratch_;
+  std::size_t scratch_bytes_ = 0;
+  std::unique_ptr<MemoryRegistration> scratch_registration_;
+  std::vector<std::unique_ptr<MemoryRegistration>> op_registrations_;
+  std::uint64_t next_key_ = 1;
+
+  std::vector<PeerOpState> peer_states_;
+  std::vector<int> touched_peers_;
+  std::vector<Request> ready_receives_;
+
+  bool in_op_ = false;
+  OpHeader header_;
+  std::uint32_t sequence_ = 0;
+  std::chrono::steady_clock::time_point deadline_;
+  std::chrono::steady_clock::time_point next_liveness_check_;
+  std::string failure_;
+  // An abort notice from a peer that was already past the current op (see complete()).
+  std::string pending_abort_;
+  int pending_abort_peer_ = -1;
+};
+
+}  // namespace ddp::detail::fabric

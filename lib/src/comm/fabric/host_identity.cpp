@@ -1,0 +1,81 @@
+#include "comm/fabric/host_identity.h"
+
+#include <unistd.h>
+
+#include <climits>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "ddp/error.h"
+#include "net/local_address.h"
+
+namespace ddp::detail::fabric {
+namespace {
+
+std::string read_first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string link_target(const char* path) {
+  char buffer[PATH_MAX];
+  const ssize_t length = ::readlink(path, buffer, sizeof(buffer) - 1);
+  return length > 0 ? std::string(buffer, static_cast<std::size_t>(length)) : std::string();
+}
+
+}  // namespace
+
+HostIdentity HostIdentity::current(const std::string& store_host) {
+  char hostname[HOST_NAME_MAX + 1] = {0};
+  ::gethostname(hostname, sizeof(hostname) - 1);
+  HostIdentity id;
+  id.host_key = std::string(hostname) + "/" + read_first_line("/proc/sys/kernel/random/boot_id") +
+                "/" + link_target("/proc/self/ns/pid") + "/" + link_target("/proc/self/ns/ipc");
+  id.pid = ::getpid();
+  try {
+    id.route_address = net::local_address_towards(store_host);
+  } catch (const ConfigError&) {
+    id.route_address.clear();  // only needed by socket providers, which report it then
+  }
+  return id;
+}
+
+std::string HostIdentity::serialize() const {
+  return host_key + "\n" + std::to_string(pid) + "\n" + route_address;
+}
+
+HostIdentity HostIdentity::parse(const std::string& text) {
+  std::istringstream in(text);
+  HostIdentity id;
+  std::string pid;
+  if (!std::getline(in, id.host_key) || !std::getline(in, pid)) {
+    throw ConfigError("malformed host record in the rendezvous store: '" + text +
+                      "'; are two jobs sharing one store prefix?");
+  }
+  std::getline(in, id.route_address);
+  try {
+    id.pid = static_cast<pid_t>(std::stol(pid));
+  } catch (const std::exception&) {
+    throw ConfigError("malformed pid '" + pid + "' in a host record of the rendezvous store");
+  }
+  return id;
+}
+
+int count_hosts(const std::vector<HostIdentity>& ranks) {
+  std::set<std::string> keys;
+  for (const auto& r : ranks) keys.insert(r.host_key);
+  return static_cast<int>(keys.size());
+}
+
+int local_index(const std::vector<HostIdentity>& ranks, int rank) {
+  int index = 0;
+  for (int r = 0; r < rank; ++r) {
+    if (ranks[r].host_key == ranks[rank].host_key) ++index;
+  }
+  return index;
+}
+
+}  // namespace ddp::detail::fabric

@@ -1,0 +1,30 @@
+#pragma once
+// Notices that a peer process on this host has exited, so a collective waiting for it fails at
+// once instead of at the timeout (shm has no connection whose loss would tell). Peers on other
+// hosts are not watched; for them the timeout, or a survivor's abort notice, ends the wait.
+#include <sys/types.h>
+
+#include <optional>
+#include <vector>
+
+namespace ddp::detail::fabric {
+
+class PeerLiveness {
+ public:
+  PeerLiveness() = default;
+  // pids[r] is rank r's pid when it shares this host's pid namespace, nullopt otherwise.
+  explicit PeerLiveness(std::vector<std::optional<pid_t>> pids) : pids_(std::move(pids)) {}
+
+  // The first watched rank among `candidates` (indexed by rank) whose process has exited or is
+  // a zombie, if any.
+  std::optional<int> first_exited(const std::vector<bool>& candidates) const;
+  std::optional<pid_t> pid_of(int rank) const;
+
+ private:
+  std::vector<std::optional<pid_t>> pids_;
+};
+
+// True when `pid` no longer runs: gone, or a zombie not yet reaped by its parent.
+bool process_exited(pid_t pid);
+
+}  // namespace ddp::detail::fabric

@@ -1,0 +1,51 @@
+#pragma once
+// The small point-to-point interface the collective algorithms are written against: tagged
+// sends and receives to a peer rank, and waits that drive progress. FabricTransport implements it
+// on libfabric; the unit tests implement it in memory, so every algorithm can be checked at any
+// world size without a fabric.
+//
+// A collective is bracketed by begin_op/end_op. Inside it, a message is identified by
+// (peer, index): the sender and the receiver must use the same index for the same message.
+#include <cstddef>
+#include <cstdint>
+
+#include "comm/fabric/op_header.h"
+
+namespace ddp::detail::fabric {
+
+class PeerTransport {
+ public:
+  using Request = std::uint32_t;
+
+  virtual ~PeerTransport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Starts a collective and its deadline. `header` says what this rank believes the collective
+  // is (its sequence number is the transport's to fill in); a peer that believes otherwise fails
+  // the op with a clear error before any data moves between the two.
+  virtual void begin_op(OpHeader header) = 0;
+  // Waits for every request not yet waited for and releases the op's memory registrations.
+  virtual void end_op() = 0;
+
+  // Makes caller memory usable in sends and receives until end_op (registers it with the fabric).
+  virtual void expose(const void* data, std::size_t bytes) = 0;
+  // Transport-owned memory usable in sends and receives, at least `bytes` long. Valid until the
+  // next call to scratch(); the contents are not preserved across calls.
+  virtual void* scratch(std::size_t bytes) = 0;
+
+  // Posts a message; `data` lies in exposed or scratch memory (or bytes == 0). The memory must
+  // not change until the request completes.
+  virtual Request send(int peer, std::uint32_t index, const void* data, std::size_t bytes) = 0;
+  // Posts a receive of exactly `bytes`: a message of another length fails the op.
+  virtual Request recv(int peer, std::uint32_t index, void* data, std::size_t bytes) = 0;
+  // Drives progress until the request completes and releases it. Throws CommError (or
+  // TimeoutError once the op's deadline passes) naming the op and the peer.
+  virtual void wait(Request request) = 0;
+
+  // Largest payload of one message.
+  virtual std::size_t max_message_bytes() const = 0;
+};
+
+}  // namespace ddp::detail::fabric

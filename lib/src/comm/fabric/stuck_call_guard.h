@@ -1,0 +1,60 @@
+#pragma once
+// A bound on how long one libfabric call may run. libfabric 1.17's shm provider takes spinlocks
+// inside the peers' shared-memory regions; a rank killed while holding one leaves it held, and
+// every later call that needs it (a send to that rank, or this rank's own progress if the dead
+// rank was sending to it) spins forever, beyond the reach of any timeout.
+//
+// Calls run through run(). A watchdog thread samples the calling thread a few times a second;
+// when one call has not returned within the limit it signals that thread, whose handler jumps
+// back out of the provider to run(), which then reports false. The endpoint that call used is
+// in an unknown state from then on and must never be used or closed again, only leaked.
+// A forked child must not destroy its copy of a guard (the watchdog lives in the parent).
+#include <pthread.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csetjmp>
+#include <mutex>
+#include <thread>
+
+namespace ddp::detail::fabric {
+
+class StuckCallGuard {
+ public:
+  explicit StuckCallGuard(std::chrono::milliseconds limit);
+  ~StuckCallGuard();
+  StuckCallGuard(const StuckCallGuard&) = delete;
+  StuckCallGuard& operator=(const StuckCallGuard&) = delete;
+
+  // Runs `call` (plain C calls only: frames between here and the provider are discarded, so no
+  // object with a destructor may live in them). False if the call was abandoned.
+  template <typename Call>
+  bool run(Call&& call) {
+    sigjmp_buf escape;
+    if (sigsetjmp(escape, 0) != 0) return abandoned();
+    enter(&escape);
+    call();
+    leave();
+    return true;
+  }
+
+  std::chrono::milliseconds limit() const { return limit_; }
+
+ private:
+  void enter(sigjmp_buf* escape);
+  void leave();
+  bool abandoned();
+  void watch();
+
+  std::chrono::milliseconds limit_;
+  std::atomic<pthread_t> caller_{};
+  std::atomic<bool> in_call_{false};
+  std::atomic<unsigned long> calls_{0};
+  std::mutex mutex_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread watchdog_;
+};
+
+}  // namespace ddp::detail::fabric

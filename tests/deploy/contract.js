@@ -1,0 +1,412 @@
+#!/usr/bin/env node
+// Checks what the schema cannot: that the rendered manifests, the eksctl cluster and the image
+// agree with each other and with ddprun. An Indexed Job whose subdomain is not its Service, a
+// podFailurePolicy keyed on the wrong exit codes or an eval Job reading another checkpoint
+// directory all pass schema validation and fail on a cluster.
+//
+//   node contract.js --rendered DIR --exit-codes exit_codes.h --eksctl cluster.yaml --dockerfile Dockerfile
+//   node contract.js ... --self-test   each check must catch a mutation made to break it
+'use strict';
+const fs = require('fs');
+const path = require('path');
+const YAML = require('yaml');
+
+function parseArgs(argv) {
+  const args = { selfTest: false };
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i];
+    if (flag === '--self-test') args.selfTest = true;
+    else if (flag.startsWith('--')) args[flag.slice(2)] = argv[++i];
+  }
+  for (const need of ['rendered', 'exit-codes', 'eksctl', 'dockerfile']) {
+    if (!args[need]) throw new Error(`--${need} is required`);
+  }
+  return args;
+}
+
+function loadAll(file) {
+  return YAML.parseAllDocuments(fs.readFileSync(file, 'utf8')).map((d) => d.toJS()).filter(Boolean);
+}
+
+// ddprun's exit codes, read from the header the launcher and the trainers compile against.
+function readExitCodes(header) {
+  const codes = {};
+  for (const m of fs.readFileSync(header, 'utf8').matchAll(/constexpr int (k\w+) = (\d+);/g)) {
+    codes[m[1]] = Number(m[2]);
+  }
+  for (const need of ['kConfig', 'kData', 'kRendezvous', 'kComm', 'kPreempted', 'kFailure']) {
+    if (!(need in codes)) throw new Error(`${header} has no ${need}`);
+  }
+  return codes;
+}
+
+const find = (objs, kind, name) => objs.find((o) => o.kind === kind && (!name || o.metadata.name === name));
+const podSpecOf = (job) => job.spec.template.spec;
+const sameSet = (a, b) => a.length === b.length && a.every((x) => b.includes(x));
+
+// The environment a container sees from env and envFrom ConfigMaps (what $(VAR) expands to).
+function containerEnv(objs, container) {
+  const env = {};
+  for (const from of container.envFrom || []) {
+    const cm = from.configMapRef && find(objs, 'ConfigMap', from.configMapRef.name);
+    if (!cm) throw new Error(`envFrom ConfigMap ${JSON.stringify(from)} is not in the render`);
+    Object.assign(env, cm.data);
+  }
+  for (const e of container.env || []) env[e.name] = e.value !== undefined ? e.value : '<valueFrom>';
+  return env;
+}
+
+// Where an absolute path inside the container lives: [claimName, path inside the volume].
+function volumePath(podSpec, container, file) {
+  const mounts = (container.volumeMounts || []).filter(
+    (m) => file === m.mountPath || file.startsWith(m.mountPath.replace(/\/$/, '') + '/'));
+  if (!mounts.length) return null;
+  const m = mounts.reduce((a, b) => (a.mountPath.length >= b.mountPath.length ? a : b));
+  const volume = podSpec.volumes.find((v) => v.name === m.name);
+  if (!volume || !volume.persistentVolumeClaim) return null;
+  const inside = path.posix.join('/', m.subPath || '', path.posix.relative(m.mountPath, file));
+  return [volume.persistentVolumeClaim.claimName, inside];
+}
+
+const flagValue = (args, flag) => {
+  const hit = args.find((a) => a.startsWith(`${flag}=`));
+  return hit && hit.slice(flag.length + 1);
+};
+const quantity = (q) => {
+  const m = String(q).match(/^(\d+(?:\.\d+)?)(m|Ki|Mi|Gi|Ti)?$/);
+  if (!m) throw new Error(`cannot read quantity ${q}`);
+  const scale = { m: 1e-3, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40 }[m[2]] || 1;
+  return Number(m[1]) * scale;
+};
+
+// ---- the checks: each returns a list of problems (empty = holds) -------------------------------
+
+function checkIndexedJob(objs, codes) {
+  const problems = [];
+  const job = find(objs, 'Job', 'ddp-train');
+  const svc = find(objs, 'Service', podSpecOf(job).subdomain);
+  const pod = podSpecOf(job);
+  const trainer = pod.containers[0];
+  const env = containerEnv(objs, trainer);
+  const nodes = Number(env.NODES);
+  if (job.spec.completionMode !== 'Indexed') problems.push('completionMode is not Indexed');
+  if (!(job.spec.completions === nodes && job.spec.parallelism === nodes)) {
+    problems.push(`completions ${job.spec.completions} / parallelism ${job.spec.parallelism} != NODES ${env.NODES}`);
+  }
+  if (!svc) problems.push(`subdomain ${pod.subdomain} names no Service in the render`);
+  else {
+    if (svc.spec.clusterIP !== 'None') problems.push(`Service ${svc.metadata.name} is not headless`);
+    if (!svc.spec.publishNotReadyAddresses) problems.push('Service does not publish not-ready addresses');
+    const labels = job.spec.template.metadata.labels || {};
+    for (const [k, v] of Object.entries(svc.spec.selector || {})) {
+      if (labels[k] !== v) problems.push(`Service selector ${k}=${v} does not match the pod labels`);
+    }
+  }
+  if (pod.restartPolicy !== 'Never') problems.push('restartPolicy is not Never');
+  if (!(job.spec.backoffLimitPerIndex >= 0)) problems.push('backoffLimitPerIndex is not set');
+  if (trainer.command[0] !== 'ddprun') problems.push(`command is ${trainer.command}, not ddprun`);
+  if (flagValue(trainer.args, '--nnodes') !== '$(NODES)') problems.push('ddprun is not given --nnodes=$(NODES)');
+  for (const arg of [...trainer.command, ...trainer.args]) {
+    for (const m of arg.matchAll(/\$\((\w+)\)/g)) {
+      if (!(m[1] in env)) problems.push(`${arg} uses $(${m[1]}), which the container's environment lacks`);
+    }
+  }
+  problems.push(...checkFailurePolicy(job, trainer.name, codes));
+  return problems;
+}
+
+function checkFailurePolicy(job, containerName, codes) {
+  const problems = [];
+  const rules = (job.spec.podFailurePolicy || {}).rules || [];
+  const codesFor = (action) => rules
+    .filter((r) => r.action === action && r.onExitCodes && r.onExitCodes.operator === 'In')
+    .flatMap((r) => {
+      if (r.onExitCodes.containerName !== containerName) {
+        problems.push(`an ${action} rule names container ${r.onExitCodes.containerName}, not ${containerName}`);
+      }
+      return r.onExitCodes.values;
+    });
+  if (!sameSet(codesFor('FailJob'), [codes.kConfig, codes.kData])) {
+    problems.push(`FailJob exit codes ${codesFor('FailJob')} != config and data errors ${[codes.kConfig, codes.kData]}`);
+  }
+  if (!sameSet(codesFor('Ignore'), [codes.kPreempted])) {
+    problems.push(`Ignore exit codes ${codesFor('Ignore')} != preempted ${codes.kPreempted}`);
+  }
+  const disruption = rules.some((r) => r.action === 'Ignore' &&
+    (r.onPodConditions || []).some((c) => c.type === 'DisruptionTarget'));
+  if (!disruption) problems.push('disruptions (DisruptionTarget) are not ignored');
+  return problems;
+}
+
+// Every container: requests = limits (Guaranteed QoS), CPU and memory set, non-root, and for the
+// trainer no more threads (ranks x OMP_NUM_THREADS, which must be set) than CPUs and a
+// memory-backed /dev/shm.
+function checkPods(podSpecs) {
+  const problems = [];
+  for (const [where, pod, objs] of podSpecs) {
+    const sc = pod.securityContext || {};
+    if (!(sc.runAsNonRoot && sc.runAsUser > 0)) problems.push(`${where}: not forced to run as non-root`);
+    for (const c of pod.containers) {
+      const { requests = {}, limits = {} } = c.resources || {};
+      if (!(requests.cpu && requests.memory)) problems.push(`${where}/${c.name}: cpu or memory unset`);
+      const keys = new Set([...Object.keys(requests), ...Object.keys(limits)]);
+      for (const k of keys) {
+        if (String(requests[k]) !== String(limits[k])) {
+          problems.push(`${where}/${c.name}: ${k} request ${requests[k]} != limit ${limits[k]}`);
+        }
+      }
+      const env = containerEnv(objs, c);
+      if (env.NPROC_PER_NODE) {
+        const threads = Number(env.NPROC_PER_NODE) * Number(env.OMP_NUM_THREADS);
+        if (!(threads <= quantity(limits.cpu))) {
+          problems.push(`${where}/${c.name}: NPROC_PER_NODE ${env.NPROC_PER_NODE} x OMP_NUM_THREADS ` +
+            `${env.OMP_NUM_THREADS} > CPU limit ${limits.cpu}`);
+        }
+      }
+      if (c.command[0] === 'ddprun') {
+        const shm = (c.volumeMounts || []).find((m) => m.mountPath === '/dev/shm');
+        const vol = shm && pod.volumes.find((v) => v.name === shm.name);
+        if (!(vol && vol.emptyDir && vol.emptyDir.medium === 'Memory')) {
+          problems.push(`${where}/${c.name}: /dev/shm is not a memory-backed emptyDir`);
+        }
+      }
+    }
+  }
+  return problems;
+}
+
+// Data prep writes where training reads, and eval reads where training writes checkpoints.
+function checkSharedVolume(r) {
+  const problems = [];
+  const trainJob = find(r.base, 'Job', 'ddp-train');
+  const trainPod = podSpecOf(trainJob);
+  const trainer = trainPod.containers[0];
+  const afterProgram = (c) => c.args.slice(c.args.findIndex((a) => !a.startsWith('--')));
+  const trainData = volumePath(trainPod, trainer, flagValue(afterProgram(trainer), '--data'));
+  const trainCkpt = volumePath(trainPod, trainer, flagValue(afterProgram(trainer), '--checkpoint-dir'));
+  if (!trainData || !trainCkpt) return ['training --data or --checkpoint-dir is not on a PVC'];
+
+  const prepPod = podSpecOf(find(r['data-prep'], 'Job'));
+  const prep = prepPod.containers[0];
+  const staged = volumePath(prepPod, prep, flagValue(prep.args, '--dest'));
+  if (String(staged) !== String(trainData)) problems.push(`data prep stages into ${staged}, training reads ${trainData}`);
+  const created = prep.args.filter((a) => a.startsWith('--create-dir=')).map(
+    (a) => String(volumePath(prepPod, prep, a.slice('--create-dir='.length))));
+  const ckptDir = [trainCkpt[0], path.posix.dirname(trainCkpt[1])];
+  if (!created.includes(String(ckptDir))) problems.push(`data prep does not create the checkpoint parent ${ckptDir}`);
+
+  const evalPod = podSpecOf(find(r.eval, 'Job'));
+  const evaluator = evalPod.containers[0];
+  const evalData = volumePath(evalPod, evaluator, flagValue(evaluator.args, '--data'));
+  const evalCkpt = volumePath(evalPod, evaluator, flagValue(evaluator.args, '--checkpoint'));
+  if (String(evalData) !== String(trainData)) problems.push(`eval reads data ${evalData}, training ${trainData}`);
+  if (String(evalCkpt) !== String(trainCkpt)) problems.push(`eval reads checkpoints ${evalCkpt}, training writes ${trainCkpt}`);
+
+  const pvc = find(r.efs, 'PersistentVolumeClaim', trainData[0]);
+  if (!pvc) problems.push(`storage/efs has no claim ${trainData[0]}`);
+  else {
+    if (!pvc.spec.accessModes.includes('ReadWriteMany')) problems.push(`${pvc.metadata.name} is not ReadWriteMany`);
+    const sc = find(r.efs, 'StorageClass', pvc.spec.storageClassName);
+    if (!sc || sc.provisioner !== 'efs.csi.aws.com') problems.push('the claim is not provisioned by the EFS CSI driver');
+    else if (Number(sc.parameters.uid) !== trainPod.securityContext.runAsUser) {
+      problems.push(`EFS access points belong to uid ${sc.parameters.uid}, the pods run as ${trainPod.securityContext.runAsUser}`);
+    }
+  }
+  return problems;
+}
+
+function checkEfa(r, cluster) {
+  const problems = [];
+  const job = find(r.efa, 'Job', 'ddp-train');
+  const pod = podSpecOf(job);
+  const c = pod.containers[0];
+  const env = containerEnv(r.efa, c);
+  if (env.DDP_BACKEND !== 'fabric') problems.push(`DDP_BACKEND is ${env.DDP_BACKEND}, not fabric`);
+  if (env.FI_PROVIDER !== 'efa') problems.push(`FI_PROVIDER is ${env.FI_PROVIDER}, not efa`);
+  const limits = c.resources.limits;
+  if (!(Number(limits['vpc.amazonaws.com/efa']) >= 1)) problems.push('no vpc.amazonaws.com/efa device requested');
+  if (!limits['hugepages-2Mi']) problems.push('no hugepages-2Mi requested');
+  const type = (pod.nodeSelector || {})['node.kubernetes.io/instance-type'];
+  const group = cluster.managedNodeGroups.find((g) => g.instanceType === type && g.efaEnabled);
+  if (!group) return [...problems, `no EFA node group of instance type ${type} in the eksctl config`];
+  for (const t of group.taints || []) {
+    const tolerated = (pod.tolerations || []).some((tol) => tol.key === t.key && tol.effect === t.effect &&
+      (tol.operator === 'Exists' || tol.value === t.value));
+    if (!tolerated) problems.push(`the EFA group's taint ${t.key}:${t.effect} is not tolerated`);
+  }
+  const tags = group.tags || {};
+  const hugeTag = tags['k8s.io/cluster-autoscaler/node-template/resources/hugepages-2Mi'];
+  if (!hugeTag || quantity(hugeTag) < quantity(limits['hugepages-2Mi'])) {
+    problems.push(`autoscaler template huge pages ${hugeTag} < requested ${limits['hugepages-2Mi']}`);
+  }
+  const preallocated = (group.preBootstrapCommands || []).map((cmd) => cmd.match(/vm\.nr_hugepages=(\d+)/))
+    .filter(Boolean).map((m) => Number(m[1]) * 2 ** 21);
+  if (!preallocated.length || Math.min(...preallocated) < quantity(limits['hugepages-2Mi'])) {
+    problems.push(`nodes preallocate ${preallocated} bytes of huge pages, pods request ${limits['hugepages-2Mi']}`);
+  }
+  return problems;
+}
+
+function checkCluster(cluster) {
+  const problems = [];
+  const name = cluster.metadata.name;
+  if (!(cluster.iam && cluster.iam.withOIDC)) problems.push('OIDC (IAM roles for service accounts) is off');
+  if (!(cluster.addons || []).some((a) => a.name === 'aws-efs-csi-driver')) problems.push('no EFS CSI driver add-on');
+  for (const g of cluster.managedNodeGroups) {
+    const tags = g.tags || {};
+    if (g.minSize < g.maxSize) {
+      if (tags['k8s.io/cluster-autoscaler/enabled'] !== 'true' || !(`k8s.io/cluster-autoscaler/${name}` in tags)) {
+        problems.push(`node group ${g.name} scales but lacks the autoscaler's discovery tags`);
+      }
+      for (const [k, v] of Object.entries(g.labels || {})) {
+        if (tags[`k8s.io/cluster-autoscaler/node-template/label/${k}`] !== v) {
+          problems.push(`node group ${g.name}: label ${k} has no autoscaler node-template tag`);
+        }
+      }
+      for (const t of g.taints || []) {
+        if (tags[`k8s.io/cluster-autoscaler/node-template/taint/${t.key}`] !== `${t.value}:${t.effect}`) {
+          problems.push(`node group ${g.name}: taint ${t.key} has no autoscaler node-template tag`);
+        }
+      }
+    }
+    if (g.efaEnabled) {
+      if (!(g.availabilityZones && g.availabilityZones.length === 1)) problems.push(`EFA group ${g.name} spans several AZs`);
+      if (!(g.placement && g.placement.groupName)) problems.push(`EFA group ${g.name} has no placement group`);
+      if (tags['k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa'] === undefined) {
+        problems.push(`EFA group ${g.name} cannot scale from zero: no EFA node-template tag`);
+      }
+      if (tags['k8s.io/cluster-autoscaler/node-template/label/node.kubernetes.io/instance-type'] !== g.instanceType) {
+        problems.push(`EFA group ${g.name}: no instance-type node-template tag for the overlay's nodeSelector`);
+      }
+    }
+  }
+  return problems;
+}
+
+// The PyTorchJob runs the same program with the same flags as the Indexed Job (minus --nnodes:
+// the operator's WORLD_SIZE says it), and has NODES pods.
+function checkPyTorchJob(r) {
+  const problems = [];
+  const job = find(r.pytorchjob, 'PyTorchJob');
+  const base = podSpecOf(find(r.base, 'Job', 'ddp-train')).containers[0];
+  const specs = job.spec.pytorchReplicaSpecs;
+  const pods = Object.values(specs).reduce((n, s) => n + s.replicas, 0);
+  const env = containerEnv(r.pytorchjob, specs.Master.template.spec.containers[0]);
+  if (specs.Master.replicas !== 1) problems.push('Master replicas != 1');
+  if (pods !== Number(env.NODES)) problems.push(`Master + Worker replicas ${pods} != NODES ${env.NODES}`);
+  const expected = base.args.filter((a) => !a.startsWith('--nnodes='));
+  for (const [type, spec] of Object.entries(specs)) {
+    const c = spec.template.spec.containers.find((x) => x.name === 'pytorch');
+    if (JSON.stringify(c.command) !== JSON.stringify(base.command)) problems.push(`${type}: command differs from the Job's`);
+    if (JSON.stringify(c.args) !== JSON.stringify(expected)) problems.push(`${type}: args ${c.args} differ from the Job's ${expected}`);
+    if (c.image !== base.image) problems.push(`${type}: image ${c.image} != ${base.image}`);
+    if (JSON.stringify(c.volumeMounts) !== JSON.stringify(base.volumeMounts)) problems.push(`${type}: volume mounts differ from the Job's`);
+  }
+  return problems;
+}
+
+function checkImageUser(r, dockerfile) {
+  const user = (fs.readFileSync(dockerfile, 'utf8').match(/^USER (\d+)(?::(\d+))?$/m) || [])[1];
+  const runAs = podSpecOf(find(r.base, 'Job', 'ddp-train')).securityContext.runAsUser;
+  return Number(user) === runAs ? [] : [`the image's USER ${user} != the pods' runAsUser ${runAs}`];
+}
+
+function runChecks(r, cluster, codes, dockerfile) {
+  // [where, pod spec, the render it came from (for its ConfigMaps)]
+  const jobPods = (name) => r[name].filter((o) => o.kind === 'Job')
+    .map((j) => [`${name}/${j.metadata.name}`, podSpecOf(j), r[name]]);
+  const pytorchPods = Object.entries(find(r.pytorchjob, 'PyTorchJob').spec.pytorchReplicaSpecs)
+    .map(([type, s]) => [`pytorchjob/${type}`, s.template.spec, r.pytorchjob]);
+  const checks = {
+    'base: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r.base, codes),
+    'efa: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r.efa, codes),
+    'e2e: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r.e2e, codes),
+    'e2e-2pods: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r['e2e-2pods'], codes),
+    'pods: requests = limits, non-root, threads <= CPUs, /dev/shm': () => checkPods([
+      ...jobPods('base'), ...jobPods('efa'), ...jobPods('e2e'), ...jobPods('e2e-2pods'),
+      ...jobPods('data-prep'),
+      ...jobPods('eval'), ...pytorchPods]),
+    'shared volume: data prep -> train -> eval paths, EFS claim': () => checkSharedVolume(r),
+    'efa: fabric backend, EFA device, huge pages, eksctl node group': () => checkEfa(r, cluster),
+    'eksctl: OIDC, EFS CSI, autoscaler tags, EFA group': () => checkCluster(cluster),
+    'pytorchjob: same program and flags, NODES pods': () => checkPyTorchJob(r),
+    'image: USER matches runAsUser': () => checkImageUser(r, dockerfile),
+  };
+  const results = {};
+  for (const [name, check] of Object.entries(checks)) {
+    try {
+      results[name] = check();
+    } catch (e) {
+      results[name] = [`check crashed: ${e.message}`];
+    }
+  }
+  return results;
+}
+
+// Each mutation breaks one property; the named check must report it.
+const mutations = [
+  ['base: Indexed Job, headless Service, failure policy', 'subdomain differs from the Service',
+    (r) => { podSpecOf(find(r.base, 'Job')).subdomain = 'other'; }],
+  ['base: Indexed Job, headless Service, failure policy', 'completions differ from NODES',
+    (r) => { find(r.base, 'Job').spec.completions = 3; }],
+  ['base: Indexed Job, headless Service, failure policy', 'FailJob on the rendezvous code',
+    (r) => { find(r.base, 'Job').spec.podFailurePolicy.rules[0].onExitCodes.values.push(69); }],
+  ['base: Indexed Job, headless Service, failure policy', 'an undefined $(VAR)',
+    (r) => { podSpecOf(find(r.base, 'Job')).containers[0].args.push('--x=$(NOPE)'); }],
+  ['efa: Indexed Job, headless Service, failure policy', 'no DisruptionTarget rule',
+    (r) => { find(r.efa, 'Job').spec.podFailurePolicy.rules.pop(); }],
+  ['pods: requests = limits, non-root, threads <= CPUs, /dev/shm', 'request below limit',
+    (r) => { podSpecOf(find(r.eval, 'Job')).containers[0].resources.requests.cpu = '1'; }],
+  ['pods: requests = limits, non-root, threads <= CPUs, /dev/shm', 'more ranks than CPUs',
+    (r) => { find(r.base, 'ConfigMap').data.NPROC_PER_NODE = '64'; }],
+  ['pods: requests = limits, non-root, threads <= CPUs, /dev/shm', 'OpenMP left to its default',
+    (r) => { delete find(r.efa, 'ConfigMap').data.OMP_NUM_THREADS; }],
+  ['shared volume: data prep -> train -> eval paths, EFS claim', 'eval reads another checkpoint directory',
+    (r) => { podSpecOf(find(r.eval, 'Job')).containers[0].args[1] = '--checkpoint=/ckpt/other'; }],
+  ['shared volume: data prep -> train -> eval paths, EFS claim', 'data prep stages elsewhere',
+    (r) => { podSpecOf(find(r['data-prep'], 'Job')).containers[0].args[0] = '--dest=/shared/elsewhere'; }],
+  ['efa: fabric backend, EFA device, huge pages, eksctl node group', 'TCP backend on EFA',
+    (r) => { find(r.efa, 'ConfigMap').data.DDP_BACKEND = 'gloo'; }],
+  ['eksctl: OIDC, EFA group', 'EFA group in two AZs',
+    (r, cluster) => { cluster.managedNodeGroups.find((g) => g.efaEnabled).availabilityZones.push('us-west-2b'); }],
+  ['pytorchjob: same program and flags, NODES pods', 'a flag only in the PyTorchJob',
+    (r) => { find(r.pytorchjob, 'PyTorchJob').spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].args.push('--epochs=1'); }],
+];
+
+function main() {
+  const args = parseArgs(process.argv.slice(2));
+  const codes = readExitCodes(args['exit-codes']);
+  const load = () => {
+    const r = {};
+    for (const name of ['base', 'efa', 'pytorchjob', 'data-prep', 'eval', 'efs', 'e2e', 'e2e-2pods']) {
+      r[name] = loadAll(path.join(args.rendered, `${name}.yaml`));
+    }
+    return [r, YAML.parse(fs.readFileSync(args.eksctl, 'utf8'))];
+  };
+  let passed = 0;
+  let failed = 0;
+  if (!args.selfTest) {
+    const [r, cluster] = load();
+    for (const [name, problems] of Object.entries(runChecks(r, cluster, codes, args.dockerfile))) {
+      if (problems.length) failed++;
+      else passed++;
+      console.log(`${problems.length ? 'FAIL' : 'ok  '} ${name}`);
+      for (const p of problems) console.log(`       ${p}`);
+    }
+  } else {
+    for (const [checkPrefix, what, mutate] of mutations) {
+      const [r, cluster] = load();
+      mutate(r, cluster);
+      const results = runChecks(r, cluster, codes, args.dockerfile);
+      const name = Object.keys(results).find((n) => n.startsWith(checkPrefix.split(',')[0]));
+      const caught = name && results[name].length > 0 && !results[name].some((p) => p.startsWith('check crashed'));
+      if (caught) passed++;
+      else failed++;
+      console.log(`${caught ? 'caught' : 'MISSED'} ${what}${caught ? `: ${results[name][0]}` : ''}`);
+    }
+  }
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exitCode = failed ? 1 : 0;
+}
+
+main();

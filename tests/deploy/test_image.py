@@ -1,0 +1,121 @@
+#!/usr/bin/python3
+"""The container image, built for real from docker/Dockerfile (docker/build-offline: podman, a
+debootstrap debian:bookworm base, no registry), then run: `ddprun --help`, its contents (only the
+runtime, non-root), and the end-to-end Jobs with every pod a container of this image in its own
+network namespace (test_e2e.py --image): data prep, two-pod training, eval.
+
+  test_image.py --repo DIR --rendered DIR --program NAME... [--e2e] [--tag NAME] [--jobs N]
+--program: what /usr/local/bin must hold, exactly; --e2e: also run the Jobs in the image."""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, HERE)
+import podsim  # noqa: E402
+
+results = []
+
+
+def check(name, ok, detail=""):
+    results.append(bool(ok))
+    print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
+    return ok
+
+
+def podman(*args, timeout=120):
+    return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def launcher_pods_in_image(args):
+    """The rendered two-pod Job, each pod a container of the image in its own network namespace,
+    with a shell command standing in for the trainer: ddprun must find its rank from the Job,
+    rendezvous through the simulated Service and start workers that see the group and can write
+    to the checkpoint volume (as uid 1000, under a read-only root)."""
+    import tempfile
+    objs = podsim.load_render(os.path.join(args.rendered, "e2e-2pods.yaml"))
+    container = podsim.find(objs, "Job", "ddp-train")["spec"]["template"]["spec"]["containers"][0]
+    program = next(i for i, a in enumerate(container["args"]) if not a.startswith("--"))
+    container["args"][program:] = ["/bin/sh", "-c",
+                                   'test "$WORLD_SIZE" = 2 && test "$MASTER_ADDR" = ddp-train-0.ddp-train '
+                                   '&& echo "$RANK of $WORLD_SIZE" > /ckpt/rank$RANK']
+    with tempfile.TemporaryDirectory(prefix="ddp-image-pods-") as work:
+        os.chmod(work, 0o755)
+        shared = os.path.join(work, "pvc")
+        os.makedirs(os.path.join(shared, "data"))
+        for d in (shared, os.path.join(shared, "data")):
+            os.chown(d, 1000, 1000)
+        with podsim.Cluster(work) as cluster:
+            pods = cluster.make_pods(objs, "ddp-train")
+            codes = list(cluster.run_pods(pods, shared, 120, image=args.tag).values())
+        ckpt = os.path.join(shared, "checkpoints")
+        wrote = sorted(open(os.path.join(ckpt, f)).read().strip() for f in os.listdir(ckpt)) \
+            if os.path.isdir(ckpt) else []
+    return codes == [0, 0] and wrote == ["0 of 2", "1 of 2"], f"exit codes {codes}, wrote {wrote}"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repo", required=True)
+    parser.add_argument("--rendered", required=True)
+    parser.add_argument("--tag", default="localhost/ddprun:test")
+    parser.add_argument("--jobs", default="2")
+    parser.add_argument("--program", action="append", default=[])
+    parser.add_argument("--e2e", action="store_true")
+    args = parser.parse_args()
+    podsim.skip_unless_root("the image test")
+    for tool in ("podman", "runc", "debootstrap"):
+        if not shutil.which(tool):
+            print(f"FAIL: {tool} is missing; scripts/install-deps installs it")
+            return 1
+    os.environ.setdefault("CONTAINERS_CONF", os.path.join(args.repo, "docker", "podman-containers.conf"))
+
+    started = time.monotonic()
+    build = subprocess.run([os.path.join(args.repo, "docker", "build-offline"), "--tag", args.tag,
+                            "--jobs", args.jobs])
+    print(f"image: build took {time.monotonic() - started:.0f} s", flush=True)
+    if not check("the image builds from docker/Dockerfile", build.returncode == 0, f"exit {build.returncode}"):
+        print("0 passed, 1 failed")
+        return 1
+
+    r = podman("run", "--rm", args.tag)
+    check("the entrypoint is ddprun: the default command prints its help",
+          r.returncode == 0 and "--nproc-per-node" in r.stdout + r.stderr,
+          f"exit {r.returncode}: {(r.stdout + r.stderr)[:300]}")
+
+    r = podman("run", "--rm", "--entrypoint", "sh", args.tag, "-c",
+               "ls /usr/local/bin; echo uid=$(id -u); "
+               "for t in c++ g++ cmake ninja; do command -v $t; done; true")
+    out = r.stdout.split()
+    tools = sorted(t for t in out if "/" not in t and not t.startswith("uid="))
+    check("the image carries ddprun, the examples and the stager, nothing else in /usr/local/bin",
+          tools == sorted(args.program),
+          f"{tools}")
+    check("it runs as uid 1000, not root", "uid=1000" in out, " ".join(t for t in out if t.startswith("uid=")))
+    check("no build toolchain in the runtime image", not [t for t in out if t.startswith("/")],
+          f"{[t for t in out if t.startswith('/')]}")
+    r = podman("image", "inspect", "--format", "{{.Size}}", args.tag)
+    print(f"image: {args.tag} is {int(r.stdout.strip() or 0) / 2**20:.0f} MiB", flush=True)
+
+    check("two pods of the rendered Job run ddprun in the image and form one group",
+          *launcher_pods_in_image(args))
+
+    if not args.e2e:
+        print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
+        return 0 if all(results) else 1
+    started = time.monotonic()
+    e2e = subprocess.run([sys.executable, os.path.join(HERE, "test_e2e.py"), "--rendered", args.rendered,
+                          "--train", "e2e-2pods.yaml", "--image", args.tag])
+    check("data prep, two-pod training and eval run in the image as simulated pods",
+          e2e.returncode == 0, f"exit {e2e.returncode} after {time.monotonic() - started:.0f} s")
+
+    print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

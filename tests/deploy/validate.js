@@ -1,0 +1,203 @@
+#!/usr/bin/env node
+// Validates rendered Kubernetes manifests against the Kubernetes API schema (kubernetes-models),
+// strictly: a field the schema does not know (a typo such as `resorces`) is an error too, as it
+// is for `kubectl apply --validate=strict`. Kubeflow's PyTorchJob has no published schema here:
+// its own fields are checked against the v1 API's field list and each pod template against the
+// core PodTemplateSpec schema.
+//
+//   node validate.js FILE...                   every object valid -> exit 0, else list errors, exit 1
+//   node validate.js --expect-invalid FILE...  every file must be rejected with the message its
+//                                              `# expect: TEXT` comment names (the checker's own test)
+'use strict';
+const fs = require('fs');
+const path = require('path');
+const YAML = require('yaml');
+
+// The schema validators read every property they know and enumerate the keys of map-typed
+// objects (labels, resources.limits). Watching those reads through a Proxy tells which keys of
+// a non-map object the schema never looked at: those are the unknown fields.
+function watchReads(value, at, records) {
+  if (value === null || typeof value !== 'object') return value;
+  const record = { value, at, read: new Set(), enumerated: false };
+  records.push(record);
+  const children = new Map();
+  return new Proxy(value, {
+    get(target, key, receiver) {
+      if (typeof key === 'string') record.read.add(key);
+      const child = Reflect.get(target, key, receiver);
+      if (typeof key !== 'string' || child === null || typeof child !== 'object') return child;
+      if (!children.has(key)) {
+        const childAt = Array.isArray(target) ? `${at}[${key}]` : `${at}.${key}`;
+        children.set(key, watchReads(child, childAt, records));
+      }
+      return children.get(key);
+    },
+    has(target, key) {
+      if (typeof key === 'string') record.read.add(key);
+      return Reflect.has(target, key);
+    },
+    ownKeys(target) {
+      record.enumerated = true;
+      return Reflect.ownKeys(target);
+    },
+  });
+}
+
+function unknownFields(records) {
+  const found = [];
+  for (const r of records) {
+    if (r.enumerated || Array.isArray(r.value)) continue;
+    for (const key of Object.keys(r.value)) {
+      if (!r.read.has(key)) found.push(`${r.at}.${key}`.replace(/^\./, ''));
+    }
+  }
+  return found;
+}
+
+// Runs a kubernetes-models validator on `value` (rooted at `at`); returns error strings.
+function validateWith(Model, value, at) {
+  const records = [];
+  const errors = [];
+  try {
+    Model.prototype.validate.call(watchReads(value, at, records));
+  } catch (e) {
+    if (!e.errors) throw e;
+    for (const err of e.errors) {
+      const field = `${at}${err.instancePath}`.replace(/\/(\d+)/g, '[$1]').replace(/\//g, '.');
+      errors.push(`${field.replace(/^\./, '') || '(object)'}: ${err.message}`);
+    }
+  }
+  for (const field of unknownFields(records)) errors.push(`${field}: unknown field`);
+  return errors;
+}
+
+function coreModel(apiVersion, kind) {
+  const [group, version] = apiVersion.includes('/') ? apiVersion.split('/') : [null, apiVersion];
+  const modulePath = group ? `kubernetes-models/${group}/${version}/${kind}` : `kubernetes-models/${version}/${kind}`;
+  try {
+    return require(modulePath)[kind];
+  } catch (e) {
+    if (e.code === 'MODULE_NOT_FOUND' || e.code === 'ERR_PACKAGE_PATH_NOT_EXPORTED') return null;
+    throw e;
+  }
+}
+
+// Kubeflow training-operator v1 (kubeflow.org/v1 PyTorchJob): the fields its API defines.
+const pytorchJobFields = {
+  top: ['apiVersion', 'kind', 'metadata', 'spec', 'status'],
+  spec: ['runPolicy', 'elasticPolicy', 'nprocPerNode', 'pytorchReplicaSpecs'],
+  runPolicy: ['cleanPodPolicy', 'ttlSecondsAfterFinished', 'activeDeadlineSeconds', 'backoffLimit',
+    'schedulingPolicy', 'suspend', 'managedBy'],
+  replica: ['replicas', 'restartPolicy', 'template'],
+  replicaTypes: ['Master', 'Worker'],
+  restartPolicies: ['Always', 'OnFailure', 'Never', 'ExitCode'],
+  cleanPodPolicies: ['All', 'Running', 'None'],
+};
+
+function validatePyTorchJob(obj) {
+  const errors = [];
+  const allowOnly = (value, allowed, at) => {
+    for (const key of Object.keys(value || {})) {
+      if (!allowed.includes(key)) errors.push(`${at}.${key}: unknown field`.replace(/^\./, ''));
+    }
+  };
+  allowOnly(obj, pytorchJobFields.top, '');
+  const { ObjectMeta } = require('@kubernetes-models/apimachinery/apis/meta/v1/ObjectMeta');
+  errors.push(...validateWith(ObjectMeta, obj.metadata || {}, 'metadata'));
+  const spec = obj.spec || {};
+  allowOnly(spec, pytorchJobFields.spec, 'spec');
+  allowOnly(spec.runPolicy, pytorchJobFields.runPolicy, 'spec.runPolicy');
+  const cleanPodPolicy = spec.runPolicy && spec.runPolicy.cleanPodPolicy;
+  if (cleanPodPolicy !== undefined && !pytorchJobFields.cleanPodPolicies.includes(cleanPodPolicy)) {
+    errors.push(`spec.runPolicy.cleanPodPolicy: must be one of ${pytorchJobFields.cleanPodPolicies}`);
+  }
+  const replicas = spec.pytorchReplicaSpecs || {};
+  if (!replicas.Master) errors.push('spec.pytorchReplicaSpecs.Master: required');
+  allowOnly(replicas, pytorchJobFields.replicaTypes, 'spec.pytorchReplicaSpecs');
+  const PodTemplateSpec = coreModel('v1', 'PodTemplateSpec');
+  for (const [type, replica] of Object.entries(replicas)) {
+    const at = `spec.pytorchReplicaSpecs.${type}`;
+    allowOnly(replica, pytorchJobFields.replica, at);
+    if (!Number.isInteger(replica.replicas) || replica.replicas < 1) {
+      errors.push(`${at}.replicas: must be a positive integer`);
+    }
+    if (!pytorchJobFields.restartPolicies.includes(replica.restartPolicy)) {
+      errors.push(`${at}.restartPolicy: must be one of ${pytorchJobFields.restartPolicies}`);
+    }
+    if (!replica.template) {
+      errors.push(`${at}.template: required`);
+      continue;
+    }
+    errors.push(...validateWith(PodTemplateSpec, replica.template, `${at}.template`));
+    const containers = (replica.template.spec && replica.template.spec.containers) || [];
+    if (!containers.some((c) => c.name === 'pytorch')) {
+      errors.push(`${at}.template.spec.containers: the operator needs a container named "pytorch"`);
+    }
+  }
+  return errors;
+}
+
+function validateObject(obj) {
+  if (!obj || typeof obj !== 'object') return ['not a Kubernetes object'];
+  if (!obj.apiVersion || !obj.kind) return ['apiVersion and kind are required'];
+  if (obj.apiVersion === 'kubeflow.org/v1' && obj.kind === 'PyTorchJob') return validatePyTorchJob(obj);
+  const Model = coreModel(obj.apiVersion, obj.kind);
+  if (!Model) return [`no schema for ${obj.apiVersion} ${obj.kind}`];
+  return validateWith(Model, obj, '');
+}
+
+function validateFile(file) {
+  const errors = [];
+  const docs = YAML.parseAllDocuments(fs.readFileSync(file, 'utf8'));
+  let count = 0;
+  for (const doc of docs) {
+    if (doc.errors.length) {
+      errors.push(`${file}: YAML: ${doc.errors[0].message}`);
+      continue;
+    }
+    const obj = doc.toJS();
+    if (obj === null) continue;
+    count++;
+    const name = `${obj.kind || '?'}/${(obj.metadata && obj.metadata.name) || '?'}`;
+    for (const e of validateObject(obj)) errors.push(`${path.basename(file)}: ${name}: ${e}`);
+  }
+  if (count === 0) errors.push(`${file}: no objects`);
+  return { count, errors };
+}
+
+function main(argv) {
+  const expectInvalid = argv[0] === '--expect-invalid';
+  const files = expectInvalid ? argv.slice(1) : argv;
+  if (files.length === 0) {
+    console.error('usage: validate.js [--expect-invalid] FILE...');
+    return 64;
+  }
+  let failed = 0;
+  for (const file of files) {
+    const { count, errors } = validateFile(file);
+    if (!expectInvalid) {
+      if (errors.length) {
+        failed++;
+        for (const e of errors) console.log(`INVALID ${e}`);
+      } else {
+        console.log(`valid   ${path.basename(file)}: ${count} objects`);
+      }
+      continue;
+    }
+    const expected = (fs.readFileSync(file, 'utf8').match(/^# expect: (.+)$/m) || [])[1];
+    if (!expected) {
+      failed++;
+      console.log(`BROKEN  ${file}: has no '# expect: TEXT' line`);
+    } else if (errors.some((e) => e.includes(expected))) {
+      console.log(`rejected ${path.basename(file)}: ${errors.find((e) => e.includes(expected))}`);
+    } else {
+      failed++;
+      console.log(`MISSED  ${path.basename(file)}: expected an error containing '${expected}', got: ` +
+        (errors.length ? errors.join('; ') : 'no error'));
+    }
+  }
+  console.log(`${files.length - failed} passed, ${failed} failed`);
+  return failed ? 1 : 0;
+}
+
+process.exitCode = main(process.argv.slice(2));

@@ -1,0 +1,343 @@
+// The fabric collectives against the in-memory transport: exact results for every op, dtype,
+// reduction and algorithm at world sizes 1-8, and clear failures for mismatched or missing ranks.
+#include "comm/fabric/collectives.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "ddp/error.h"
+#include "in_memory_transport.h"
+#include "typed_values.h"
+
+namespace ddp::detail::fabric {
+namespace {
+
+using testing::InMemoryFabric;
+using testing::TypedBuffer;
+
+constexpr std::chrono::milliseconds kTimeout{5000};
+
+template <typename Fn>
+std::vector<std::exception_ptr> run_ranks(InMemoryFabric& fabric, Fn fn) {
+  const int n = fabric.size();
+  std::vector<std::unique_ptr<PeerTransport>> transports;
+  for (int r = 0; r < n; ++r) transports.push_back(fabric.transport(r));
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(*transports[r], r);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+template <typename Fn>
+void run_ok(int n, Fn fn, std::size_t max_message = std::size_t{1} << 40) {
+  InMemoryFabric fabric(n, kTimeout);
+  fabric.set_max_message_bytes(max_message);
+  for (auto& error : run_ranks(fabric, fn)) {
+    if (error) std::rethrow_exception(error);
+  }
+}
+
+// Element i of rank r: small integers, so every dtype (bf16 included) holds sums exactly.
+double value(int r, std::size_t i) { return (r + 1) * static_cast<double>(i % 7 + 1); }
+
+double expected(ReduceOp op, int n, std::size_t i, DataType dtype) {
+  const double unit = static_cast<double>(i % 7 + 1);
+  switch (op) {
+    case ReduceOp::kSum:
+      return unit * n * (n + 1) / 2;
+    case ReduceOp::kMin:
+      return unit;
+    case ReduceOp::kMax:
+      return unit * n;
+    case ReduceOp::kAvg: {
+      const double sum = unit * n * (n + 1) / 2;
+      const bool integral = dtype == DataType::kInt32 || dtype == DataType::kInt64;
+      return integral ? static_cast<double>(static_cast<std::int64_t>(sum) / n) : sum / n;
+    }
+  }
+  return 0;
+}
+
+struct NamedConfig {
+  const char* name;
+  AlgorithmConfig config;
+};
+
+std::vector<NamedConfig> configs() {
+  AlgorithmConfig doubling;
+  doubling.allreduce = AllreduceAlgorithm::kRecursiveDoubling;
+  doubling.ring_threshold_bytes = std::size_t{1} << 40;  // broadcast: tree
+  AlgorithmConfig ring_fine;
+  ring_fine.allreduce = AllreduceAlgorithm::kRing;
+  ring_fine.ring_threshold_bytes = 0;  // broadcast: chain
+  ring_fine.chunk_bytes = 64;
+  ring_fine.pipeline_depth = 1;
+  AlgorithmConfig ring_deep = ring_fine;
+  ring_deep.chunk_bytes = 40;
+  ring_deep.pipeline_depth = 5;
+  return {{"auto", AlgorithmConfig{}},
+          {"doubling", doubling},
+          {"ring_fine", ring_fine},
+          {"ring_deep", ring_deep}};
+}
+
+const std::vector<std::size_t> kCounts{0, 1, 2, 7, 33, 257, 4099};
+
+class FabricCollectives : public ::testing::TestWithParam<int> {};
+
+// Every dtype with sum; every reduction with one float and one integer type.
+std::vector<std::pair<DataType, ReduceOp>> dtype_op_cases() {
+  std::vector<std::pair<DataType, ReduceOp>> cases;
+  for (DataType dtype : testing::all_dtypes()) cases.emplace_back(dtype, ReduceOp::kSum);
+  for (DataType dtype : {DataType::kFloat32, DataType::kInt64}) {
+    for (ReduceOp op : {ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax}) {
+      cases.emplace_back(dtype, op);
+    }
+  }
+  cases.emplace_back(DataType::kBFloat16, ReduceOp::kAvg);
+  return cases;
+}
+
+TEST_P(FabricCollectives, AllreduceIsExactForEveryDtypeOpAndAlgorithm) {
+  const int n = GetParam();
+  for (const auto& [name, config] : configs()) {
+    for (auto [dtype, op] : dtype_op_cases()) {
+      {
+        for (std::size_t count : kCounts) {
+          SCOPED_TRACE(std::string(name) + " " + to_string(dtype) + " " + to_string(op) +
+                       " count " + std::to_string(count));
+          std::vector<TypedBuffer> buffers(n, TypedBuffer(count, dtype));
+          for (int r = 0; r < n; ++r) {
+            for (std::size_t i = 0; i < count; ++i) buffers[r].set(i, value(r, i));
+          }
+          run_ok(n, [&](PeerTransport& t, int r) { allreduce(t, buffers[r].view(), op, config); });
+          for (int r = 0; r < n; ++r) {
+            for (std::size_t i = 0; i < count; ++i) {
+              ASSERT_EQ(buffers[r].get(i), expected(op, n, i, dtype)) << "rank " << r << " i " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(FabricCollectives, AllreduceGivesBitwiseIdenticalFloatsOnEveryRank) {
+  const int n = GetParam();
+  for (const auto& [name, config] : configs()) {
+    SCOPED_TRACE(name);
+    const std::size_t count = 3001;
+    std::vector<std::vector<float>> data(n, std::vector<float>(count));
+    std::mt19937 rng(42);
+    std::uniform_real_distribution<float> dist(-1, 1);
+    for (auto& d : data) {
+      for (auto& x : d) x = dist(rng);
+    }
+    run_ok(n,
+           [&](PeerTransport& t, int r) { allreduce(t, Buffer(data[r]), ReduceOp::kSum, config); });
+    for (int r = 1; r < n; ++r) {
+      ASSERT_EQ(0, std::memcmp(data[0].data(), data[r].data(), count * sizeof(float)))
+          << "rank " << r << " differs from rank 0";
+    }
+  }
+}
+
+TEST_P(FabricCollectives, BroadcastDeliversTheRootsBufferFromEveryRoot) {
+  const int n = GetParam();
+  for (const auto& [name, config] : configs()) {
+    for (DataType dtype : {DataType::kFloat32, DataType::kInt64, DataType::kFloat16}) {
+      for (std::size_t count : kCounts) {
+        for (int root = 0; root < n; ++root) {
+          SCOPED_TRACE(std::string(name) + " " + to_string(dtype) + " count " +
+                       std::to_string(count) + " root " + std::to_string(root));
+          std::vector<TypedBuffer> buffers(n, TypedBuffer(count, dtype));
+          for (int r = 0; r < n; ++r) {
+            for (std::size_t i = 0; i < count; ++i) buffers[r].set(i, value(r, i));
+          }
+          run_ok(n,
+                 [&](PeerTransport& t, int r) { broadcast(t, buffers[r].view(), root, config); });
+          for (int r = 0; r < n; ++r) {
+            for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(buffers[r].get(i), value(root, i));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(FabricCollectives, AllgatherPlacesEachRanksInputAtItsOffset) {
+  const int n = GetParam();
+  for (const auto& [name, config] : configs()) {
+    for (DataType dtype : {DataType::kFloat64, DataType::kInt32, DataType::kBFloat16}) {
+      for (std::size_t count : kCounts) {
+        SCOPED_TRACE(std::string(name) + " " + to_string(dtype) + " count " +
+                     std::to_string(count));
+        std::vector<TypedBuffer> inputs(n, TypedBuffer(count, dtype));
+        std::vector<TypedBuffer> outputs(n, TypedBuffer(count * n, dtype));
+        for (int r = 0; r < n; ++r) {
+          for (std::size_t i = 0; i < count; ++i) inputs[r].set(i, value(r, i));
+        }
+        run_ok(n, [&](PeerTransport& t, int r) {
+          allgather(t, inputs[r].view(), outputs[r].view(), config);
+        });
+        for (int r = 0; r < n; ++r) {
+          for (int from = 0; from < n; ++from) {
+            for (std::size_t i = 0; i < count; ++i) {
+              ASSERT_EQ(outputs[r].get(from * count + i), value(from, i));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(FabricCollectives, ReduceScatterGivesEachRankItsReducedBlockAndKeepsTheInput) {
+  const int n = GetParam();
+  for (const auto& [name, config] : configs()) {
+    for (auto [dtype, op] : dtype_op_cases()) {
+      {
+        for (std::size_t count : kCounts) {
+          SCOPED_TRACE(std::string(name) + " " + to_string(dtype) + " " + to_string(op) +
+                       " count " + std::to_string(count));
+          std::vector<TypedBuffer> inputs(n, TypedBuffer(count * n, dtype));
+          std::vector<TypedBuffer> outputs(n, TypedBuffer(count, dtype));
+          for (int r = 0; r < n; ++r) {
+            for (std::size_t i = 0; i < count * n; ++i) inputs[r].set(i, value(r, i));
+          }
+          auto before = inputs;
+          run_ok(n, [&](PeerTransport& t, int r) {
+            reduce_scatter(t, inputs[r].view(), outputs[r].view(), op, config);
+          });
+          for (int r = 0; r < n; ++r) {
+            ASSERT_EQ(inputs[r].bytes, before[r].bytes) << "input of rank " << r << " changed";
+            for (std::size_t i = 0; i < count; ++i) {
+              ASSERT_EQ(outputs[r].get(i), expected(op, n, r * count + i, dtype));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(FabricCollectives, BarrierReleasesNoRankBeforeAllArrived) {
+  const int n = GetParam();
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<int> arrived{0};
+    std::atomic<bool> early{false};
+    run_ok(n, [&](PeerTransport& t, int r) {
+      if (r == round % n) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      arrived.fetch_add(1);
+      barrier(t);
+      if (arrived.load() != n) early = true;
+    });
+    ASSERT_FALSE(early.load()) << "a rank left the barrier before every rank entered it";
+  }
+}
+
+TEST_P(FabricCollectives, BackToBackOpsOfDifferentKindsStayApart) {
+  const int n = GetParam();
+  AlgorithmConfig config;
+  config.chunk_bytes = 128;
+  config.ring_threshold_bytes = 512;
+  run_ok(n, [&](PeerTransport& t, int r) {
+    for (int iter = 0; iter < 30; ++iter) {
+      const std::size_t count = 1 + (iter * 37) % 300;
+      std::vector<std::int64_t> data(count, r + 1);
+      allreduce(t, Buffer(data), ReduceOp::kSum, config);
+      for (auto v : data) ASSERT_EQ(v, n * (n + 1) / 2);
+      barrier(t);
+      std::vector<std::int64_t> gathered(count * n);
+      allgather(t, Buffer(data.data(), count), Buffer(gathered), config);
+      for (auto v : gathered) ASSERT_EQ(v, n * (n + 1) / 2);
+      std::vector<std::int64_t> root_data(count, r == iter % n ? iter : -1);
+      broadcast(t, Buffer(root_data), iter % n, config);
+      for (auto v : root_data) ASSERT_EQ(v, iter);
+    }
+  });
+}
+
+TEST_P(FabricCollectives, MessagesRespectTheTransportsSizeLimit) {
+  const int n = GetParam();
+  AlgorithmConfig config;
+  config.ring_threshold_bytes = 0;
+  config.allreduce = AllreduceAlgorithm::kRing;
+  const std::size_t count = 1000;
+  std::vector<std::vector<std::int32_t>> data(n);
+  for (int r = 0; r < n; ++r) data[r].assign(count, r);
+  run_ok(
+      n,
+      [&](PeerTransport& t, int r) {
+        allreduce(t, Buffer(data[r]), ReduceOp::kSum, config);
+        broadcast(t, Buffer(data[r]), n - 1, config);
+      },
+      /*max_message=*/52);
+  for (int r = 0; r < n; ++r) {
+    for (auto v : data[r]) ASSERT_EQ(v, n * (n - 1) / 2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, FabricCollectives, ::testing::Values(1, 2, 3, 4, 5, 7, 8),
+                         [](const auto& info) { return "ranks" + std::to_string(info.param); });
+
+TEST(FabricCollectivesFailures, MismatchedSizesFailEveryRankWithCommError) {
+  for (const auto& [name, config] : configs()) {
+    for (int n : {2, 3, 4}) {
+      SCOPED_TRACE(std::string(name) + " ranks " + std::to_string(n));
+      InMemoryFabric fabric(n, std::chrono::milliseconds(200));
+      std::vector<std::vector<float>> data(n);
+      for (int r = 0; r < n; ++r) data[r].assign(r == 1 ? 1001 : 1000, 1.0f);
+      auto errors = run_ranks(fabric, [&](PeerTransport& t, int r) {
+        allreduce(t, Buffer(data[r]), ReduceOp::kSum, config);
+      });
+      int mismatch_reports = 0;
+      for (int r = 0; r < n; ++r) {
+        ASSERT_TRUE(errors[r]) << "rank " << r << " did not fail";
+        try {
+          std::rethrow_exception(errors[r]);
+        } catch (const CommError& e) {
+          EXPECT_EQ(e.op(), "allreduce");
+          if (std::string(e.what()).find(" issued allreduce(") != std::string::npos) ++mismatch_reports;
+        }
+      }
+      EXPECT_GE(mismatch_reports, 1);
+    }
+  }
+}
+
+TEST(FabricCollectivesFailures, MissingRankTimesOutNamingAPeer) {
+  const int n = 3;
+  InMemoryFabric fabric(n, std::chrono::milliseconds(300));
+  std::vector<std::vector<float>> data(n, std::vector<float>(100, 1.0f));
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = run_ranks(fabric, [&](PeerTransport& t, int r) {
+    if (r == 2) return;  // never joins
+    allreduce(t, Buffer(data[r]), ReduceOp::kSum, AlgorithmConfig{});
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(errors[r]);
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const TimeoutError& e) {
+      EXPECT_GE(e.peer(), 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ddp::detail::fabric

@@ -1,0 +1,203 @@
+// The pieces of fabric bring-up that need no fabric: provider choice, host identity, and the
+// address records exchanged through the store.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+
+#include "comm/fabric/address_exchange.h"
+#include "comm/fabric/host_identity.h"
+#include "comm/fabric/peer_liveness.h"
+#include "comm/fabric/provider_selection.h"
+#include "comm/fabric/shm_region_names.h"
+#include "ddp/error.h"
+#include "ddp/store.h"
+
+namespace ddp::detail::fabric {
+namespace {
+
+TEST(ChooseProvider, ExplicitSettingsWinInOrder) {
+  EXPECT_EQ(choose_provider("shm", "tcp", true, 3, 8).provider, "shm");
+  EXPECT_EQ(choose_provider(std::nullopt, "tcp", true, 3, 8).provider, "tcp");
+  EXPECT_EQ(choose_provider(std::nullopt, "tcp", true, 3, 8).reason, "set by FI_PROVIDER");
+}
+
+TEST(ChooseProvider, FiProviderFiltersAreNotAChoice) {
+  EXPECT_EQ(choose_provider(std::nullopt, "^efa", false, 1, 2).provider, "shm");
+  EXPECT_EQ(choose_provider(std::nullopt, "tcp,shm", false, 2, 2).provider, "tcp;ofi_rxm");
+}
+
+TEST(ChooseProvider, EfaThenShmOnOneHostThenTcp) {
+  EXPECT_EQ(choose_provider(std::nullopt, std::nullopt, true, 1, 8).provider, "efa");
+  EXPECT_EQ(choose_provider(std::nullopt, std::nullopt, true, 4, 32).provider, "efa");
+  const auto one_host = choose_provider(std::nullopt, std::nullopt, false, 1, 4);
+  EXPECT_EQ(one_host.provider, "shm");
+  EXPECT_NE(one_host.reason.find("4 ranks"), std::string::npos);
+  const auto spread = choose_provider(std::nullopt, std::nullopt, false, 2, 4);
+  EXPECT_EQ(spread.provider, "tcp;ofi_rxm");
+  EXPECT_NE(spread.reason.find("2 hosts"), std::string::npos);
+}
+
+TEST(ChooseProvider, FallsBackToTcpWhenShmRegionsWouldNotFit) {
+  const auto choice = choose_provider(std::nullopt, std::nullopt, false, 1, 8, "no room");
+  EXPECT_EQ(choice.provider, "tcp;ofi_rxm");
+  EXPECT_NE(choice.reason.find("no room"), std::string::npos);
+  EXPECT_EQ(choose_provider("shm", std::nullopt, false, 1, 8, "no room").provider, "shm");
+}
+
+TEST(ChooseProvider, RecognisesSocketProviders) {
+  EXPECT_TRUE(binds_to_ip_address("tcp;ofi_rxm"));
+  EXPECT_TRUE(binds_to_ip_address("tcp"));
+  EXPECT_TRUE(binds_to_ip_address("sockets"));
+  EXPECT_FALSE(binds_to_ip_address("shm"));
+  EXPECT_FALSE(binds_to_ip_address("efa"));
+}
+
+TEST(HostIdentity, DescribesThisProcessAndRoundTrips) {
+  const auto self = HostIdentity::current("127.0.0.1");
+  EXPECT_EQ(self.pid, ::getpid());
+  EXPECT_EQ(self.route_address, "127.0.0.1");
+  EXPECT_FALSE(self.host_key.empty());
+  const auto back = HostIdentity::parse(self.serialize());
+  EXPECT_EQ(back.host_key, self.host_key);
+  EXPECT_EQ(back.pid, self.pid);
+  EXPECT_EQ(back.route_address, self.route_address);
+  EXPECT_THROW(HostIdentity::parse("no pid line"), ConfigError);
+  EXPECT_THROW(HostIdentity::parse("key\nnot-a-pid\n"), ConfigError);
+}
+
+TEST(HostIdentity, CountsHostsAndLocalIndices) {
+  auto at = [](const char* key) {
+    HostIdentity id;
+    id.host_key = key;
+    return id;
+  };
+  const std::vector<HostIdentity> ranks{at("a"), at("b"), at("a"), at("b"), at("a")};
+  EXPECT_EQ(count_hosts(ranks), 2);
+  EXPECT_EQ(local_index(ranks, 0), 0);
+  EXPECT_EQ(local_index(ranks, 2), 1);
+  EXPECT_EQ(local_index(ranks, 4), 2);
+  EXPECT_EQ(local_index(ranks, 3), 1);
+}
+
+TEST(PeerLiveness, SeesExitedAndZombieProcesses) {
+  EXPECT_FALSE(process_exited(::getpid()));
+  const pid_t child = ::fork();
+  if (child == 0) _exit(0);
+  // Unreaped, the child is a zombie: it counts as exited.
+  for (int i = 0; i < 200 && !process_exited(child); ++i) ::usleep(5000);
+  EXPECT_TRUE(process_exited(child));
+  PeerLiveness liveness({std::nullopt, ::getpid(), child});
+  EXPECT_EQ(liveness.first_exited({true, true, true}), 2);
+  EXPECT_EQ(liveness.first_exited({true, true, false}), std::nullopt);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_TRUE(process_exited(child));
+  EXPECT_EQ(PeerLiveness({std::nullopt, ::getpid()}).first_exited({true, true}), std::nullopt);
+}
+
+TEST(AddressExchange, HexRoundTripsArbitraryBytes) {
+  std::string bytes;
+  for (int i = 0; i < 256; ++i) bytes.push_back(static_cast<char>(i));
+  EXPECT_EQ(from_hex(to_hex(bytes)), bytes);
+  EXPECT_EQ(to_hex("\x01\xab"), "01ab");
+  EXPECT_THROW(from_hex("abc"), ConfigError);
+  EXPECT_THROW(from_hex("zz"), ConfigError);
+}
+
+TEST(AddressExchange, CollectsAddressesOfVariableLengthInRankOrder) {
+  auto store = Store::host(0, std::chrono::seconds(5));
+  publish_endpoint(*store, 0, "shm", std::string("\0\1", 2));
+  publish_endpoint(*store, 1, "shm", "a much longer address blob");
+  const auto addresses = collect_addresses(*store, 0, 2, "shm");
+  ASSERT_EQ(addresses.size(), 2u);
+  EXPECT_EQ(addresses[0], std::string("\0\1", 2));
+  EXPECT_EQ(addresses[1], "a much longer address blob");
+}
+
+TEST(AddressExchange, NamesThePeerThatFailedOrChoseAnotherProvider) {
+  auto store = Store::host(0, std::chrono::seconds(5));
+  publish_endpoint(*store, 0, "shm", "x");
+  publish_failure(*store, 1, "fi_domain failed: no device");
+  try {
+    collect_addresses(*store, 0, 2, "shm");
+    FAIL() << "expected CommError";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.peer(), 1);
+    EXPECT_NE(std::string(e.what()).find("no device"), std::string::npos);
+  }
+  auto other = Store::host(0, std::chrono::seconds(5));
+  publish_endpoint(*other, 0, "shm", "x");
+  publish_endpoint(*other, 1, "tcp;ofi_rxm", "y");
+  try {
+    collect_addresses(*other, 0, 2, "shm");
+    FAIL() << "expected CommError";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.peer(), 1);
+    EXPECT_NE(std::string(e.what()).find("DDP_FABRIC_PROVIDER"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace ddp::detail::fabric
+
+namespace ddp::detail::fabric {
+namespace {
+
+class ShmRegionNames : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/ddp-shm-names-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    directory_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(directory_); }
+  void touch(const std::string& name) { std::ofstream(directory_ + "/" + name) << "x"; }
+  bool exists(const std::string& name) { return std::filesystem::exists(directory_ + "/" + name); }
+  std::string directory_;
+};
+
+TEST_F(ShmRegionNames, NameThisProcessAndParseBack) {
+  const std::string name = shm_region_name(3);
+  const auto owner = parse_region_owner(name);
+  ASSERT_TRUE(owner) << name;
+  EXPECT_EQ(owner->pid, ::getpid());
+  EXPECT_EQ(owner->start_time, process_start_time(::getpid()).value());
+  EXPECT_NE(shm_region_name(4), name);
+  EXPECT_FALSE(parse_region_owner("12345:0:0"));
+  EXPECT_FALSE(parse_region_owner("ddp-1-2"));
+  EXPECT_FALSE(parse_region_owner("ddp-ns-notapid-1-0"));
+}
+
+TEST_F(ShmRegionNames, ReportsTheRoomLeftInTheirFilesystem) {
+  const auto available = shm_bytes_available(directory_);
+  ASSERT_TRUE(available);
+  EXPECT_GT(*available, 0u);
+  EXPECT_FALSE(shm_bytes_available(directory_ + "/missing"));
+}
+
+TEST_F(ShmRegionNames, ReclaimRemovesOnlyOurRegionsWhoseOwnerIsGone) {
+  const pid_t child = ::fork();
+  if (child == 0) _exit(0);
+  ::waitpid(child, nullptr, 0);
+  const auto self = parse_region_owner(shm_region_name(0)).value();
+  const std::string ns = self.pid_namespace;
+  const std::string live = shm_region_name(0);
+  const std::string dead = "ddp-" + ns + "-" + std::to_string(child) + "-1-0";
+  const std::string reused_pid = "ddp-" + ns + "-" + std::to_string(::getpid()) + "-" +
+                                 std::to_string(self.start_time + 1) + "-0";
+  const std::string other_namespace = "ddp-1-" + std::to_string(child) + "-1-0";
+  for (const auto& name : {live, dead, reused_pid, other_namespace, std::string("12345:0:0")}) {
+    touch(name);
+  }
+  EXPECT_EQ(reclaim_dead_shm_regions(directory_), 2);
+  EXPECT_TRUE(exists(live));
+  EXPECT_FALSE(exists(dead));
+  EXPECT_FALSE(exists(reused_pid));
+  EXPECT_TRUE(exists(other_namespace));
+  EXPECT_TRUE(exists("12345:0:0"));
+}
+
+}  // namespace
+}  // namespace ddp::detail::fabric

@@ -1,0 +1,425 @@
+// The fabric backend end to end: ranks are forked processes on loopback (tests/support
+// harness), on each local provider that exercises manual progress (shm and tcp;ofi_rxm).
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <thread>
+
+#include "comm/fabric/fabric_communicator.h"
+#include "comm/fabric/fabric_connection.h"
+#include "comm/fabric/fabric_transport.h"
+#include "ddp/comm/factory.h"
+#include "ddp/error.h"
+#include "ddp/log.h"
+#include "ddp/store.h"
+#include "multiprocess.h"
+
+namespace ddp::detail::fabric {
+namespace {
+
+using namespace std::chrono_literals;
+using ddp::testing::require;
+
+constexpr auto kDeadline = 60s;
+
+testing::TestStoreServer& server() {
+  static testing::TestStoreServer instance;
+  return instance;
+}
+
+// Sets an environment variable for the scope of a test (forked ranks inherit it).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+CommOptions with_timeout(std::chrono::milliseconds timeout) {
+  CommOptions options;
+  options.timeout = timeout;
+  return options;
+}
+
+// Runs body(rank, store) on `n` forked ranks sharing a fresh store prefix.
+std::vector<testing::RankOutcome> run_group(
+    int n, const std::function<void(int rank, std::shared_ptr<Store> store)>& body) {
+  const std::string prefix = server().next_group_prefix();
+  return testing::run_ranks(n, kDeadline, [&](int rank) {
+    log::set_rank(rank);
+    body(rank, server().connect_client(prefix));
+  });
+}
+
+struct ProviderAndRanks {
+  const char* provider;
+  int ranks;
+};
+
+class FabricProcesses : public ::testing::TestWithParam<ProviderAndRanks> {};
+
+TEST_P(FabricProcesses, EveryCollectiveIsExact) {
+  const auto [provider, n] = GetParam();
+  ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
+  auto outcomes = run_group(n, [&](int rank, std::shared_ptr<Store> store) {
+    auto comm = create_communicator("fabric", store, rank, n, with_timeout(20s));
+    auto* fabric = dynamic_cast<FabricCommunicator*>(comm.get());
+    require(fabric && fabric->provider() == provider, "unexpected provider");
+    const std::int64_t triangle = static_cast<std::int64_t>(n) * (n + 1) / 2;
+    // Below and above the ring threshold, and an odd count that splits unevenly.
+    for (std::size_t count : {std::size_t{1}, std::size_t{1001}, std::size_t{300001}}) {
+      std::vector<float> values(count);
+      for (std::size_t i = 0; i < count; ++i) values[i] = static_cast<float>((rank + 1) * (i % 13));
+      comm->allreduce(values, ReduceOp::kSum);
+      for (std::size_t i = 0; i < count; ++i) {
+        require(values[i] == triangle * (i % 13), "allreduce " + std::to_string(count));
+      }
+      std::vector<std::int64_t> root_data(count, rank == n - 1 ? 7 : 0);
+      comm->broadcast(root_data, n - 1);
+      for (auto v : root_data) require(v == 7, "broadcast " + std::to_string(count));
+
+      std::vector<std::int32_t> mine(count, rank);
+      std::vector<std::int32_t> all(count * n, -1);
+      comm->allgather(mine, all);
+      for (int r = 0; r < n; ++r) {
+        for (std::size_t i = 0; i < count; ++i) {
+          require(all[r * count + i] == r, "allgather " + std::to_string(count));
+        }
+      }
+      std::vector<double> input(count * n);
+      for (std::size_t i = 0; i < input.size(); ++i) input[i] = static_cast<double>(i + rank);
+      std::vector<double> output(count);
+      comm->reduce_scatter(input, output, ReduceOp::kMax);
+      for (std::size_t i = 0; i < count; ++i) {
+        require(output[i] == static_cast<double>(rank * count + i + n - 1),
+                "reduce_scatter " + std::to_string(count));
+      }
+      comm->barrier();
+    }
+    // Async ops in flight together, as DDP issues its gradient buckets.
+    std::vector<std::vector<float>> buckets(6, std::vector<float>(70000, 1.0f));
+    std::vector<Work> works;
+    for (auto& b : buckets) works.push_back(comm->allreduce_async(b, ReduceOp::kAvg));
+    for (auto& w : works) w.wait();
+    for (auto& b : buckets) {
+      for (auto v : b) require(v == 1.0f, "async avg");
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+TEST_P(FabricProcesses, MismatchedSizesFailEveryRankQuicklyAndForGood) {
+  const auto [provider, n] = GetParam();
+  ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
+  auto outcomes = run_group(n, [&](int rank, std::shared_ptr<Store> store) {
+    auto comm = create_communicator("fabric", store, rank, n, with_timeout(30s));
+    std::vector<float> values(rank == n - 1 ? 200001 : 200000, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm->allreduce(values);
+    } catch (const TimeoutError& e) {
+      require(false, std::string("timed out instead of reporting the mismatch: ") + e.what());
+    } catch (const CommError& e) {
+      require(std::chrono::steady_clock::now() - start < 5s, "slow to fail");
+      require(e.op() == "allreduce", e.what());
+      // Later calls fail at once instead of running on a broken endpoint.
+      try {
+        comm->barrier();
+      } catch (const CommError&) {
+        return;
+      }
+      require(false, "barrier after a failure succeeded");
+    }
+    require(false, "mismatched allreduce succeeded");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+TEST_P(FabricProcesses, SameByteCountButDifferentTypeIsReportedAsAMismatch) {
+  const auto [provider, n] = GetParam();
+  ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
+  auto outcomes = run_group(n, [&](int rank, std::shared_ptr<Store> store) {
+    auto comm = create_communicator("fabric", store, rank, n, with_timeout(30s));
+    std::vector<float> floats(5000, 1.0f);
+    std::vector<std::int32_t> ints(5000, 1);
+    try {
+      if (rank == 0) {
+        comm->allreduce(ints);
+      } else {
+        comm->allreduce(floats);
+      }
+    } catch (const TimeoutError& e) {
+      require(false, std::string("timed out: ") + e.what());
+    } catch (const CommError&) {
+      return;
+    }
+    require(false, "allreduce over different types succeeded");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+// Killed between ops and in the middle of a large allreduce: the others fail within the timeout.
+TEST_P(FabricProcesses, KilledPeerFailsTheOthersWithinTheTimeout) {
+  const auto [provider, n] = GetParam();
+  ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
+  const int victim = n - 1;
+  const auto timeout = 4s;
+  for (bool mid_op : {false, true}) {
+    SCOPED_TRACE(mid_op ? "killed mid-op" : "killed between ops");
+    auto outcomes = run_group(n, [&](int rank, std::shared_ptr<Store> store) {
+      auto comm = create_communicator("fabric", store, rank, n, with_timeout(timeout));
+      std::vector<float> values(4 << 20, 1.0f);
+      comm->allreduce(values);
+      if (rank == victim) {
+        if (mid_op) {
+          Work work = comm->allreduce_async(values);
+          std::this_thread::sleep_for(2ms);
+        }
+        ::raise(SIGKILL);
+      }
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        for (int i = 0; i < 100; ++i) comm->allreduce(values);
+      } catch (const CommError& e) {
+        require(std::chrono::steady_clock::now() - start < timeout + 2s, "failed too late");
+        return;
+      }
+      require(false, "allreduce kept succeeding without the victim");
+    });
+    for (const auto& o : outcomes) {
+      if (o.rank == victim) {
+        EXPECT_EQ(o.signal, SIGKILL) << testing::describe(o);
+      } else {
+        EXPECT_EQ(o.exit_code, 0) << testing::describe(o);
+        EXPECT_FALSE(o.killed_at_deadline) << testing::describe(o);
+      }
+    }
+  }
+}
+
+// A rank that finished the last op and exited must not fail the ranks still finishing it.
+TEST_P(FabricProcesses, RanksThatFinishAndExitFailNobody) {
+  const auto [provider, n] = GetParam();
+  ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
+  auto outcomes = run_group(n, [&](int rank, std::shared_ptr<Store> store) {
+    auto comm = create_communicator("fabric", store, rank, n, with_timeout(20s));
+    std::vector<float> values(1000, 1.0f);
+    for (int i = 0; i < 20; ++i) {
+      // The root leaves as soon as its last broadcast is sent; the others arrive late.
+      if (rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(i == 19 ? 300 : 0));
+      comm->broadcast(values, 0);
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+// A forked child (a data loader worker, say) that drops its copy of the communicator must
+// leave the parent's endpoint alone.
+TEST_P(FabricProcesses, ForkedChildThatDestroysItsCopyLeavesTheParentWorking) {
+  const auto [provider, n] = GetParam();
+  ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
+  auto outcomes = run_group(n, [&](int rank, std::shared_ptr<Store> store) {
+    auto comm = create_communicator("fabric", store, rank, n, with_timeout(20s));
+    std::vector<float> values(300000, 1.0f);
+    comm->allreduce(values);
+    std::fflush(nullptr);
+    const pid_t child = ::fork();
+    if (child == 0) {
+      comm.reset();
+      _exit(0);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    require(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child did not exit cleanly");
+    for (int i = 0; i < 3; ++i) {
+      std::fill(values.begin(), values.end(), 1.0f);
+      comm->allreduce(values);
+      require(values[0] == static_cast<float>(n) && values.back() == static_cast<float>(n),
+              "allreduce after the child left");
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+INSTANTIATE_TEST_SUITE_P(LocalProviders, FabricProcesses,
+                         ::testing::Values(ProviderAndRanks{"shm", 2}, ProviderAndRanks{"shm", 3},
+                                           ProviderAndRanks{"shm", 4},
+                                           ProviderAndRanks{"tcp;ofi_rxm", 2},
+                                           ProviderAndRanks{"tcp;ofi_rxm", 3},
+                                           ProviderAndRanks{"tcp;ofi_rxm", 4}),
+                         [](const auto& info) {
+                           std::string name = info.param.provider;
+                           for (auto& c : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name + "_ranks" + std::to_string(info.param.ranks);
+                         });
+
+class FabricTransportProcesses : public ::testing::TestWithParam<const char*> {};
+
+// Messages posted long before their receives sit in the provider's unexpected queue; receives
+// posted later, in reverse order, must still find every one of them.
+TEST_P(FabricTransportProcesses, MessagesThatArriveBeforeTheirReceivesAreAllMatched) {
+  ScopedEnv select("DDP_FABRIC_PROVIDER", GetParam());
+  auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
+    auto connection = connect_fabric(*store, rank, 2, 20s, AlgorithmConfig{});
+    PeerTransport& t = *connection.transport;
+    constexpr int kMessages = 40;
+    auto bytes_of = [](int i) { return i % 5 == 0 ? std::size_t{150000} : std::size_t(4 * i + 4); };
+    std::size_t total = 0;
+    for (int i = 0; i < kMessages; ++i) total += bytes_of(i);
+    auto* data = static_cast<unsigned char*>(t.scratch(total));
+    t.begin_op(OpHeader{
+        CollectiveSignature::make(CollectiveKind::kAllgather, DataType::kInt32, kMessages, 0, 0),
+        0});
+    if (rank == 1) {
+      std::size_t offset = 0;
+      for (int i = 0; i < kMessages; ++i) {
+        for (std::size_t b = 0; b < bytes_of(i); ++b) {
+          data[offset + b] = static_cast<unsigned char>(i + b);
+        }
+        t.send(0, static_cast<std::uint32_t>(i), data + offset, bytes_of(i));
+        offset += bytes_of(i);
+      }
+    } else {
+      std::this_thread::sleep_for(300ms);
+      std::size_t offset = total;
+      for (int i = kMessages - 1; i >= 0; --i) {
+        offset -= bytes_of(i);
+        t.wait(t.recv(1, static_cast<std::uint32_t>(i), data + offset, bytes_of(i)));
+        for (std::size_t b = 0; b < bytes_of(i); ++b) {
+          require(data[offset + b] == static_cast<unsigned char>(i + b),
+                  "message " + std::to_string(i) + " corrupted");
+        }
+      }
+    }
+    t.end_op();
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+INSTANTIATE_TEST_SUITE_P(LocalProviders, FabricTransportProcesses,
+                         ::testing::Values("shm", "tcp;ofi_rxm"), [](const auto& info) {
+                           return std::string(info.param) == "shm" ? "shm" : "tcp_ofi_rxm";
+                         });
+
+TEST(FabricProviderChoice, AutomaticChoiceIsShmWhenAllRanksShareTheHost) {
+  ScopedEnv no_ddp("DDP_FABRIC_PROVIDER", nullptr);
+  ScopedEnv no_fi("FI_PROVIDER", nullptr);
+  auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
+    auto comm = create_communicator("fabric", store, rank, 2);
+    auto* fabric = dynamic_cast<FabricCommunicator*>(comm.get());
+    require(fabric && fabric->provider() == "shm", "automatic choice was not shm");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+// Runs `world` in a child process with a private mount namespace whose /dev/shm is a tmpfs of
+// `megabytes`; returns the child's exit code (77: no mount namespace possible here).
+int in_small_dev_shm(int megabytes, const std::function<bool()>& world) {
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      _exit(77);
+    }
+    const std::string options = "size=" + std::to_string(megabytes) + "m";
+    if (::mount("tmpfs", "/dev/shm", "tmpfs", 0, options.c_str()) != 0) _exit(77);
+    _exit(world() ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+TEST(FabricProviderChoice, TooSmallDevShmMeansTcpAutomaticallyAndAnErrorWhenShmIsForced) {
+  ScopedEnv no_ddp("DDP_FABRIC_PROVIDER", nullptr);
+  ScopedEnv no_fi("FI_PROVIDER", nullptr);
+  auto world = [](bool forced) {
+    return [forced] {
+      if (forced) ::setenv("DDP_FABRIC_PROVIDER", "shm", 1);
+      auto outcomes = run_group(4, [&](int rank, std::shared_ptr<Store> store) {
+        try {
+          auto comm = create_communicator("fabric", store, rank, 4, with_timeout(20s));
+          auto* fabric = dynamic_cast<FabricCommunicator*>(comm.get());
+          require(!forced && fabric && fabric->provider() == "tcp;ofi_rxm", "provider");
+          std::vector<float> values(1000, 1.0f);
+          comm->allreduce(values);
+          require(values[0] == 4.0f, "allreduce over the fallback");
+        } catch (const Error& e) {
+          // ConfigError on each rank, or a peer's reason relayed through the store.
+          require(forced && std::string(e.what()).find("/dev/shm") != std::string::npos, e.what());
+        }
+      });
+      return static_cast<bool>(testing::all_ranks_succeeded(outcomes));
+    };
+  };
+  // Four ranks' regions may grow to 64 MiB; 24 MiB cannot hold them.
+  const int automatic = in_small_dev_shm(24, world(false));
+  if (automatic == 77) GTEST_SKIP() << "cannot create a private mount namespace here (needs root)";
+  EXPECT_EQ(automatic, 0);
+  EXPECT_EQ(in_small_dev_shm(24, world(true)), 0);
+}
+
+TEST(FabricProviderChoice, UnknownProviderIsAConfigErrorListingTheUsableOnes) {
+  ScopedEnv select("DDP_FABRIC_PROVIDER", "no_such_provider");
+  auto outcomes = run_group(1, [&](int rank, std::shared_ptr<Store> store) {
+    try {
+      create_communicator("fabric", store, rank, 1);
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      require(what.find("no_such_provider") != std::string::npos, what);
+      require(what.find("shm") != std::string::npos, what);
+      require(what.find('\n') == std::string::npos, what);
+      return;
+    }
+    require(false, "expected ConfigError");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+TEST(FabricProviderChoice, PeersOfARankThatCannotOpenItsEndpointFailWithItsReason) {
+  auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
+    ::setenv("DDP_FABRIC_PROVIDER", rank == 1 ? "no_such_provider" : "shm", 1);
+    try {
+      create_communicator("fabric", store, rank, 2, with_timeout(20s));
+    } catch (const ConfigError&) {
+      require(rank == 1, "rank 0 got the ConfigError");
+      return;
+    } catch (const CommError& e) {
+      require(rank == 0 && e.peer() == 1, e.what());
+      require(std::string(e.what()).find("no_such_provider") != std::string::npos, e.what());
+      return;
+    }
+    require(false, "construction succeeded");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+}  // namespace
+}  // namespace ddp::detail::fabric

@@ -1,0 +1,157 @@
+#include "in_memory_transport.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+
+#include "ddp/error.h"
+
+namespace ddp::detail::fabric::testing {
+
+class InMemoryTransport final : public PeerTransport {
+ public:
+  InMemoryTransport(InMemoryFabric& fabric, int rank) : fabric_(fabric), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return fabric_.size(); }
+
+  void begin_op(OpHeader header) override {
+    if (in_op_) throw std::logic_error("begin_op inside an op");
+    in_op_ = true;
+    header_ = header;
+    ++sequence_;
+    header_.signature.sequence = sequence_;
+    deadline_ = std::chrono::steady_clock::now() + fabric_.timeout_;
+  }
+
+  void end_op() override {
+    if (!in_op_) throw std::logic_error("end_op outside an op");
+    while (!outstanding_.empty()) wait(outstanding_.begin()->first);
+    exposed_.clear();
+    in_op_ = false;
+  }
+
+  void expose(const void* data, std::size_t bytes) override {
+    exposed_.push_back({static_cast<const char*>(data), bytes});
+  }
+
+  void* scratch(std::size_t bytes) override {
+    if (scratch_.size() < bytes) scratch_.assign(bytes, 0);
+    return scratch_.data();
+  }
+
+  Request send(int peer, std::uint32_t index, const void* data, std::size_t bytes) override {
+    check_usable(peer, data, bytes);
+    auto state = std::make_shared<InMemoryFabric::RequestState>();
+    fabric_.post_send({peer, rank_, sequence_, index},
+                      {rank_, header_, static_cast<char*>(const_cast<void*>(data)), bytes, state});
+    return track(peer, state);
+  }
+
+  Request recv(int peer, std::uint32_t index, void* data, std::size_t bytes) override {
+    check_usable(peer, data, bytes);
+    auto state = std::make_shared<InMemoryFabric::RequestState>();
+    fabric_.post_recv({rank_, peer, sequence_, index},
+                      {peer, header_, static_cast<char*>(data), bytes, state});
+    return track(peer, state);
+  }
+
+  void wait(Request request) override {
+    auto it = outstanding_.find(request);
+    if (it == outstanding_.end()) throw std::logic_error("wait on an unknown request");
+    auto [peer, state] = it->second;
+    outstanding_.erase(it);
+    std::unique_lock<std::mutex> lock(fabric_.mutex_);
+    if (!fabric_.changed_.wait_until(lock, deadline_, [&] { return state->done; })) {
+      throw TimeoutError(to_string(header_.signature.kind), rank_, peer,
+                         "no message within the timeout");
+    }
+    if (!state->error.empty()) {
+      throw CommError(to_string(header_.signature.kind), rank_, peer, state->error);
+    }
+  }
+
+  std::size_t max_message_bytes() const override { return fabric_.max_message_bytes_; }
+
+ private:
+  void check_usable(int peer, const void* data, std::size_t bytes) const {
+    if (!in_op_) throw std::logic_error("transfer outside an op");
+    if (peer < 0 || peer >= size() || peer == rank_) throw std::logic_error("bad peer");
+    if (bytes > fabric_.max_message_bytes_)
+      throw std::logic_error("message above max_message_bytes");
+    if (bytes == 0) return;
+    const char* p = static_cast<const char*>(data);
+    auto inside = [&](const char* base, std::size_t len) {
+      return p >= base && p + bytes <= base + len;
+    };
+    if (inside(scratch_.data(), scratch_.size())) return;
+    for (const auto& [base, len] : exposed_) {
+      if (inside(base, len)) return;
+    }
+    throw std::logic_error("transfer from memory that was neither exposed nor scratch");
+  }
+
+  Request track(int peer, std::shared_ptr<InMemoryFabric::RequestState> state) {
+    outstanding_.emplace(next_request_, std::make_pair(peer, std::move(state)));
+    return next_request_++;
+  }
+
+  InMemoryFabric& fabric_;
+  int rank_;
+  bool in_op_ = false;
+  OpHeader header_;
+  std::uint32_t sequence_ = 0;
+  std::chrono::steady_clock::time_point deadline_;
+  std::vector<std::pair<const char*, std::size_t>> exposed_;
+  std::vector<char> scratch_;
+  std::map<Request, std::pair<int, std::shared_ptr<InMemoryFabric::RequestState>>> outstanding_;
+  Request next_request_ = 0;
+};
+
+InMemoryFabric::InMemoryFabric(int size, std::chrono::milliseconds timeout)
+    : size_(size), timeout_(timeout) {}
+
+InMemoryFabric::~InMemoryFabric() = default;
+
+std::unique_ptr<PeerTransport> InMemoryFabric::transport(int rank) {
+  return std::make_unique<InMemoryTransport>(*this, rank);
+}
+
+void InMemoryFabric::match(const Posted& send, const Posted& recv) {
+  if (auto cause = op_header_mismatch(recv.header, send.header, send.peer); !cause.empty()) {
+    recv.state->error = cause;
+  } else if (send.bytes != recv.bytes) {
+    recv.state->error = "the peer sent " + std::to_string(send.bytes) + " bytes, expected " +
+                        std::to_string(recv.bytes);
+  } else if (send.bytes > 0) {
+    std::memcpy(recv.data, send.data, send.bytes);
+  }
+  send.state->done = true;
+  recv.state->done = true;
+}
+
+void InMemoryFabric::post_send(const Key& key, const Posted& send) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = receives_.find(key);
+  if (it == receives_.end()) {
+    sends_.emplace(key, send);
+    return;
+  }
+  match(send, it->second);
+  receives_.erase(it);
+  changed_.notify_all();
+}
+
+void InMemoryFabric::post_recv(const Key& key, const Posted& recv) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = sends_.find(key);
+  if (it == sends_.end()) {
+    receives_.emplace(key, recv);
+    return;
+  }
+  match(it->second, recv);
+  sends_.erase(it);
+  changed_.notify_all();
+}
+
+}  // namespace ddp::detail::fabric::testing

@@ -1,0 +1,61 @@
+#pragma once
+// PeerTransport in one process, for checking the collective algorithms without a fabric. Ranks
+// are threads. Matching is rendezvous: a send completes only when the receive is posted, and
+// the payload is copied from the sender's memory at that moment, as libfabric's shm provider
+// does with CMA. So an algorithm that reuses a buffer before its send completes, or that only
+// works when sends complete eagerly, fails here too. Sends and receives must use memory the
+// algorithm exposed or took from scratch, as registration on EFA requires.
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "comm/fabric/peer_transport.h"
+
+namespace ddp::detail::fabric::testing {
+
+class InMemoryFabric {
+ public:
+  InMemoryFabric(int size, std::chrono::milliseconds timeout);
+  ~InMemoryFabric();
+
+  int size() const { return size_; }
+  // The largest message the transports accept (small values force the algorithms to split).
+  void set_max_message_bytes(std::size_t bytes) { max_message_bytes_ = bytes; }
+  // The transport of `rank`; call once per rank.
+  std::unique_ptr<PeerTransport> transport(int rank);
+
+ private:
+  friend class InMemoryTransport;
+  struct RequestState {
+    bool done = false;
+    std::string error;
+  };
+  struct Posted {
+    int peer;
+    OpHeader header;
+    char* data;
+    std::size_t bytes;
+    std::shared_ptr<RequestState> state;
+  };
+  // (receiver, sender, sequence, index)
+  using Key = std::tuple<int, int, std::uint32_t, std::uint32_t>;
+
+  void post_send(const Key& key, const Posted& send);
+  void post_recv(const Key& key, const Posted& recv);
+  static void match(const Posted& send, const Posted& recv);
+
+  int size_;
+  std::chrono::milliseconds timeout_;
+  std::size_t max_message_bytes_ = std::size_t{1} << 40;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::multimap<Key, Posted> sends_;
+  std::multimap<Key, Posted> receives_;
+};
+
+}  // namespace ddp::detail::fabric::testing
