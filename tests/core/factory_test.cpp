@@ -1,6 +1,7 @@
 #include "ddp/comm/factory.h"
 
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <cstdlib>
 
@@ -43,6 +44,27 @@ TEST(Factory, SingleRankCommunicatorWorksWithoutPeers) {
     EXPECT_EQ(v, (std::vector<float>{1, 2, 3})) << backend;
     EXPECT_STREQ(comm->backend_name(), backend.c_str());
   }
+}
+
+// A write to a dead peer's socket must become a CommError, not a SIGPIPE death.
+TEST(Factory, GlooIgnoresSigpipeUnlessTheProgramHandlesIt) {
+  struct sigaction saved {};
+  sigaction(SIGPIPE, nullptr, &saved);
+  auto store = Store::host(0, std::chrono::seconds(5));
+
+  std::signal(SIGPIPE, SIG_DFL);
+  create_communicator("gloo", store->with_prefix("a"), 0, 1);
+  struct sigaction now {};
+  sigaction(SIGPIPE, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
+
+  auto handler = +[](int) {};
+  std::signal(SIGPIPE, handler);
+  create_communicator("gloo", store->with_prefix("b"), 0, 1);
+  sigaction(SIGPIPE, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, handler);
+
+  sigaction(SIGPIPE, &saved, nullptr);
 }
 
 TEST(Buffer, FromTensorChecksLayoutAndType) {

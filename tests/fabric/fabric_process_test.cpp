@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -231,6 +232,34 @@ TEST_P(FabricProcesses, RanksThatFinishAndExitFailNobody) {
       // The root leaves as soon as its last broadcast is sent; the others arrive late.
       if (rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(i == 19 ? 300 : 0));
       comm->broadcast(values, 0);
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+// A forked child (a data loader worker, say) that drops its copy of the communicator must
+// leave the parent's endpoint alone.
+TEST_P(FabricProcesses, ForkedChildThatDestroysItsCopyLeavesTheParentWorking) {
+  const auto [provider, n] = GetParam();
+  ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
+  auto outcomes = run_group(n, [&](int rank, std::shared_ptr<Store> store) {
+    auto comm = create_communicator("fabric", store, rank, n, with_timeout(20s));
+    std::vector<float> values(300000, 1.0f);
+    comm->allreduce(values);
+    std::fflush(nullptr);
+    const pid_t child = ::fork();
+    if (child == 0) {
+      comm.reset();
+      _exit(0);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    require(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child did not exit cleanly");
+    for (int i = 0; i < 3; ++i) {
+      std::fill(values.begin(), values.end(), 1.0f);
+      comm->allreduce(values);
+      require(values[0] == static_cast<float>(n) && values.back() == static_cast<float>(n),
+              "allreduce after the child left");
     }
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));

@@ -1,5 +1,9 @@
 #include "ddp/models/model_spec.h"
 
+#include <mutex>
+
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "ddp/error.h"
 #include "ddp/models/cifar_cnn.h"
 #include "ddp/models/mnist_cnn.h"
@@ -11,7 +15,12 @@ std::vector<std::string> model_names() {
   return {"mnist_cnn", "cifar_cnn", "resnet8", "resnet20", "resnet32", "resnet56"};
 }
 
-std::shared_ptr<Classifier> create_model(const ModelSpec& spec) {
+std::shared_ptr<Classifier> create_model(const ModelSpec& spec, uint64_t seed) {
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(seed);
+  }
   if (spec.in_channels < 1 || spec.num_classes < 1) {
     throw ConfigError("model '" + spec.name + "' needs at least one input channel and one class");
   }

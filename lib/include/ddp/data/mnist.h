@@ -12,6 +12,12 @@ namespace ddp::data {
 // Where Debian's dataset-fashion-mnist package installs Fashion-MNIST.
 inline constexpr const char* kDebianFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
+// Training-set pixel statistics (of pixel / 255), for normalisation.
+inline constexpr float kFashionMnistMean = 0.2860f;
+inline constexpr float kFashionMnistStd = 0.3530f;
+inline constexpr float kMnistMean = 0.1307f;
+inline constexpr float kMnistStd = 0.3081f;
+
 // "T-shirt/top", "Trouser", ... "Ankle boot".
 const std::vector<std::string>& fashion_mnist_class_names();
 // "0" ... "9".

@@ -21,7 +21,9 @@ struct ModelSpec {
 // "mnist_cnn", "cifar_cnn", "resnet8", "resnet20", "resnet32", "resnet56".
 std::vector<std::string> model_names();
 
+// Builds the model with weights drawn from torch's default generator, seeded with `seed` first
+// (ranks that pass the same seed start identical; DistributedDataParallel makes them so anyway).
 // Throws ConfigError for an unknown name or a shape the architecture cannot take.
-std::shared_ptr<Classifier> create_model(const ModelSpec& spec);
+std::shared_ptr<Classifier> create_model(const ModelSpec& spec, uint64_t seed = 0);
 
 }  // namespace ddp::models

@@ -4,6 +4,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -89,7 +90,8 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
       peers_(std::move(peers)),
       rank_(rank),
       timeout_(timeout),
-      liveness_(std::move(liveness)) {
+      liveness_(std::move(liveness)),
+      owner_(::getpid()) {
   static_assert(std::is_standard_layout_v<Slot>,
                 "Slot must be standard layout so that its context's address is its own");
   guard_ = std::make_unique<StuckCallGuard>(kStuckCallLimit);
@@ -133,7 +135,24 @@ char* FabricTransport::notice_buffer(std::size_t index) const {
   return control_area_.get() + sizeof(OpHeader) * peers_.size() + kNoticeBytes * index;
 }
 
-FabricTransport::~FabricTransport() { release_fabric(); }
+FabricTransport::~FabricTransport() {
+  // In a forked child (a data loader worker, say) the endpoint's shared-memory region and
+  // sockets still belong to the parent: closing them here could unlink the region or shut the
+  // sockets down under the parent's communicator.
+  if (::getpid() != owner_) {
+    wedged_ = true;
+    abandon_silently();
+    // Its condition variable had a waiter in the parent: destroying it here would wait forever.
+    (void)guard_.release();
+    return;
+  }
+  release_fabric();
+}
+
+void FabricTransport::abandon_silently() {
+  failure_ = "the communicator belongs to another process";
+  release_fabric();
+}
 
 void FabricTransport::release_fabric() {
   if (!endpoint_) return;
@@ -149,9 +168,9 @@ void FabricTransport::release_fabric() {
     }
     wedged_ = true;
   }
-  // A provider call never returned: its locks may be held, so closing could hang as well.
-  // Leak the objects (the memory they reference stays allocated with them).
-  log::warn("fabric: leaking a wedged libfabric endpoint and its memory");
+  // A provider call never returned (or the objects belong to the parent of this forked
+  // process): closing could hang or break the owner. Leak the objects and the memory they
+  // reference.
   for (auto& registration : op_registrations_) (void)registration.release();
   (void)scratch_registration_.release();
   (void)control_registration_.release();

@@ -98,6 +98,8 @@ class FabricTransport final : public PeerTransport {
   // Reads and discards completions for `period`; false if the provider wedged.
   bool drain_quietly(std::chrono::milliseconds period);
   void release_fabric();
+  // Leaks the fabric objects without touching them (wedged_ must be set).
+  void abandon_silently();
   // Runs one libfabric call under the stuck-call guard; fails the op if it never returns.
   template <typename Call>
   ssize_t guarded(Call&& call);
@@ -109,6 +111,7 @@ class FabricTransport final : public PeerTransport {
   int rank_;
   std::chrono::milliseconds timeout_;
   PeerLiveness liveness_;
+  pid_t owner_;
   std::size_t inject_bytes_;
   std::size_t max_message_bytes_;
   bool is_shm_;

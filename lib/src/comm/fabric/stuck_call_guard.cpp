@@ -1,6 +1,8 @@
 #include "comm/fabric/stuck_call_guard.h"
 
+#include <unistd.h>
 #include <algorithm>
+
 #include <csignal>
 
 namespace ddp::detail::fabric {

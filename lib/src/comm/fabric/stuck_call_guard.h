@@ -8,6 +8,7 @@
 // when one call has not returned within the limit it signals that thread, whose handler jumps
 // back out of the provider to run(), which then reports false. The endpoint that call used is
 // in an unknown state from then on and must never be used or closed again, only leaked.
+// A forked child must not destroy its copy of a guard (the watchdog lives in the parent).
 #include <pthread.h>
 
 #include <atomic>

@@ -1,5 +1,6 @@
 #include "comm/gloo/gloo_communicator.h"
 
+#include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -27,6 +28,17 @@ constexpr std::size_t kDirectExchangeBudget = 256 * 1024;
 std::string first_line(const std::string& text) {
   auto nl = text.find('\n');
   return nl == std::string::npos ? text : text.substr(0, nl);
+}
+
+// gloo writes to its sockets without MSG_NOSIGNAL: a write to a peer that died raises SIGPIPE,
+// which kills a C++ process before gloo can report the error (Python ignores SIGPIPE, so torch
+// never sees this). Ignoring it turns that write into EPIPE and a CommError. A handler the
+// program installed itself is left alone.
+void ignore_sigpipe_unless_handled() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    std::signal(SIGPIPE, SIG_IGN);
+  }
 }
 
 }  // namespace
@@ -58,6 +70,7 @@ const char* to_string(GlooAllreduceAlgorithm algorithm) {
 GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int size,
                                    const CommOptions& options)
     : Communicator(rank, size, options), forced_algorithm_(gloo_algorithm_from_env()) {
+  ignore_sigpipe_unless_handled();
   auto device = make_gloo_device(store->endpoint_host());
   context_ = std::make_shared<gloo::rendezvous::Context>(rank, size);
   context_->setTimeout(options.timeout);

@@ -1,0 +1,124 @@
+#include "training_flags.h"
+
+#include <ATen/Parallel.h>
+
+#include "ddp/error.h"
+#include "ddp/exit_codes.h"
+#include "ddp/log.h"
+
+namespace examples {
+
+void add_training_flags(cxxopts::Options& options, const TrainingDefaults& d) {
+  // clang-format off
+  options.add_options("Data")
+    ("data", "Dataset directory", cxxopts::value<std::string>()->default_value(d.data_dir))
+    ("train-subset", "Train on the first N training images only (0: all)",
+     cxxopts::value<int64_t>()->default_value("0"))
+    ("test-subset", "Evaluate on the first N test images only (0: all)",
+     cxxopts::value<int64_t>()->default_value("0"))
+    ("batch-size", "Images per rank per step", cxxopts::value<int64_t>()->default_value("64"))
+    ("augment", "Random crop (4-pixel padding) and horizontal flip",
+     cxxopts::value<bool>()->default_value(d.augment ? "true" : "false"))
+    ("prefetch", "Batches prepared ahead by the loader thread",
+     cxxopts::value<int>()->default_value("2"));
+  options.add_options("Model and optimisation")
+    ("model", "Architecture: mnist_cnn, cifar_cnn, resnet8/20/32/56",
+     cxxopts::value<std::string>()->default_value(d.model))
+    ("epochs", "Passes over the training set", cxxopts::value<int64_t>()->default_value(std::to_string(d.epochs)))
+    ("max-steps", "Stop after N optimizer steps in all (0: no limit)",
+     cxxopts::value<int64_t>()->default_value("0"))
+    ("optimizer", "sgd or adam", cxxopts::value<std::string>()->default_value(d.optimizer))
+    ("lr", "Peak learning rate", cxxopts::value<double>()->default_value(std::to_string(d.lr)))
+    ("momentum", "SGD momentum", cxxopts::value<double>()->default_value("0.9"))
+    ("nesterov", "Nesterov momentum", cxxopts::value<bool>()->default_value("false"))
+    ("weight-decay", "L2 weight decay",
+     cxxopts::value<double>()->default_value(std::to_string(d.weight_decay)))
+    ("schedule", "Learning-rate schedule: cosine, step or constant",
+     cxxopts::value<std::string>()->default_value("cosine"))
+    ("warmup-steps", "Linear warm-up steps", cxxopts::value<int64_t>()->default_value("0"))
+    ("step-epochs", "step schedule: decay every N epochs", cxxopts::value<int64_t>()->default_value("30"))
+    ("step-gamma", "step schedule: decay factor", cxxopts::value<double>()->default_value("0.1"))
+    ("seed", "Seed of initial weights, data order, augmentation and dropout",
+     cxxopts::value<uint64_t>()->default_value("0"))
+    ("bf16", "bfloat16 mixed precision (CPU autocast, channels-last)",
+     cxxopts::value<bool>()->default_value("false"))
+    ("threads", "Intra-op threads per rank (default: OMP_NUM_THREADS or all cores)",
+     cxxopts::value<int>()->default_value("0"));
+  options.add_options("Distributed")
+    ("bucket-cap-mb", "Gradient bucket size in MiB (the first bucket is 1 MiB)",
+     cxxopts::value<double>()->default_value("25"))
+    ("no-overlap", "Allreduce gradients after backward instead of during it")
+    ("compress", "Gradient compression on the wire: none or bf16",
+     cxxopts::value<std::string>()->default_value("none"));
+  options.add_options("Checkpoints and output")
+    ("checkpoint-dir", "Directory for checkpoints (shared by all ranks); resumes from it",
+     cxxopts::value<std::string>()->default_value(""))
+    ("checkpoint-every", "Also checkpoint every N steps (0: at epoch ends only)",
+     cxxopts::value<int64_t>()->default_value("0"))
+    ("keep-checkpoints", "Newest checkpoints kept", cxxopts::value<int>()->default_value("3"))
+    ("no-resume", "Start fresh even if the checkpoint directory has checkpoints")
+    ("metrics", "Append JSONL metrics to this file (rank 0)",
+     cxxopts::value<std::string>()->default_value(""))
+    ("log-every", "Steps between progress lines (0: none)",
+     cxxopts::value<int64_t>()->default_value("100"))
+    ("h,help", "Show this help");
+  // clang-format on
+}
+
+ddp::train::TrainerOptions trainer_options_from(const cxxopts::ParseResult& f) {
+  ddp::train::TrainerOptions o;
+  o.epochs = f["epochs"].as<int64_t>();
+  o.max_steps = f["max-steps"].as<int64_t>();
+  o.data.batch_size = f["batch-size"].as<int64_t>();
+  o.data.prefetch = f["prefetch"].as<int>();
+  o.data.transform.random_crop_flip = f["augment"].as<bool>();
+  o.bf16 = f["bf16"].as<bool>();
+  o.data.transform.channels_last = o.bf16;
+  o.optimizer.name = f["optimizer"].as<std::string>();
+  o.optimizer.lr = f["lr"].as<double>();
+  o.optimizer.momentum = f["momentum"].as<double>();
+  o.optimizer.nesterov = f["nesterov"].as<bool>();
+  o.optimizer.weight_decay = f["weight-decay"].as<double>();
+  o.schedule.name = f["schedule"].as<std::string>();
+  o.schedule.warmup_steps = f["warmup-steps"].as<int64_t>();
+  o.schedule.step_epochs = f["step-epochs"].as<int64_t>();
+  o.schedule.step_gamma = f["step-gamma"].as<double>();
+  o.seed = f["seed"].as<uint64_t>();
+  const double cap = f["bucket-cap-mb"].as<double>();
+  if (!(cap > 0)) throw ddp::ConfigError("--bucket-cap-mb must be positive");
+  o.ddp.bucket_cap_bytes = static_cast<std::size_t>(cap * 1024 * 1024);
+  o.ddp.overlap = f.count("no-overlap") == 0;
+  const std::string compress = f["compress"].as<std::string>();
+  if (compress == "bf16") {
+    o.ddp.compression = ddp::GradientCompression::kBFloat16;
+  } else if (compress != "none") {
+    throw ddp::ConfigError("--compress '" + compress + "' is not known; use none or bf16");
+  }
+  o.checkpoint_dir = f["checkpoint-dir"].as<std::string>();
+  o.checkpoint_every = f["checkpoint-every"].as<int64_t>();
+  o.keep_checkpoints = f["keep-checkpoints"].as<int>();
+  o.resume = f.count("no-resume") == 0;
+  o.metrics_path = f["metrics"].as<std::string>();
+  o.log_every = f["log-every"].as<int64_t>();
+  return o;
+}
+
+void apply_thread_flag(const cxxopts::ParseResult& flags) {
+  const int threads = flags["threads"].as<int>();
+  if (threads < 0) throw ddp::ConfigError("--threads must not be negative");
+  if (threads > 0) at::set_num_threads(threads);
+}
+
+int run_main(int argc, char** argv, int (*body)(int, char**)) {
+  try {
+    return body(argc, argv);
+  } catch (const cxxopts::exceptions::exception& e) {
+    ddp::log::error("{} (see --help)", e.what());
+    return ddp::exit_code::kConfig;
+  } catch (const std::exception& e) {
+    ddp::log::error("{}", e.what());
+    return ddp::exit_code::for_exception(e);
+  }
+}
+
+}  // namespace examples

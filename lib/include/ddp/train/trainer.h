@@ -1,0 +1,96 @@
+#pragma once
+// Data-parallel training of an image classifier, end to end: sharded and prefetched data,
+// DistributedDataParallel, an optimizer with a learning-rate schedule, sharded evaluation each
+// epoch with a per-class accuracy table, a rank-0 progress line and JSONL metrics, checkpoints
+// (atomic, every N steps and at each epoch's end) with automatic resume from the newest valid
+// one, and a graceful stop on SIGTERM: finish the step, checkpoint, report kPreempted.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/data/data_loader.h"
+#include "ddp/data/image_dataset.h"
+#include "ddp/parallel/distributed_data_parallel.h"
+#include "ddp/train/evaluation.h"
+#include "ddp/train/lr_schedule.h"
+#include "ddp/train/optimizer.h"
+
+namespace ddp {
+class Communicator;
+}
+namespace ddp::models {
+class Classifier;
+}
+
+namespace ddp::train {
+
+struct TrainerOptions {
+  int64_t epochs = 5;
+  // Stop after this many optimizer steps in all (checkpointing first); 0 for no limit.
+  int64_t max_steps = 0;
+  data::LoaderOptions data;  // per-rank batch size, normalisation, augmentation, prefetch
+  int64_t eval_batch_size = 500;
+  bool evaluate_each_epoch = true;
+  OptimizerOptions optimizer;
+  LrScheduleOptions schedule;
+  uint64_t seed = 0;  // model initialisation is the caller's; this seeds data order and dropout
+  DdpOptions ddp;
+  bool bf16 = false;  // bfloat16 autocast for forward passes (weights and optimizer stay fp32)
+
+  std::string checkpoint_dir;    // empty: no checkpoints
+  int64_t checkpoint_every = 0;  // steps between checkpoints; 0: only at epoch ends
+  int keep_checkpoints = 3;
+  bool resume = true;  // continue from the newest valid checkpoint in checkpoint_dir
+
+  std::string metrics_path;  // JSONL, written by rank 0; empty: none
+  int64_t log_every = 100;   // steps between progress lines; 0: none
+  bool handle_signals = true;
+  // Keep freed memory in the heap (see resource_usage.h); a process-wide malloc setting.
+  bool tune_malloc = true;
+};
+
+enum class TrainStatus {
+  kCompleted,  // all epochs (or max_steps) done
+  kPreempted,  // stopped by SIGTERM/SIGINT after checkpointing; rerunning resumes
+};
+
+struct EpochSummary {
+  int64_t epoch = 0;
+  double train_loss = 0;         // mean over this rank's batches
+  double images_per_second = 0;  // all ranks, training only
+  double seconds = 0;            // training part of the epoch
+  bool evaluated = false;
+  EvalResult eval;
+};
+
+struct TrainResult {
+  TrainStatus status = TrainStatus::kCompleted;
+  int64_t global_step = 0;
+  int64_t resumed_from_step = -1;    // -1: started fresh
+  std::vector<EpochSummary> epochs;  // epochs finished in this run
+};
+
+class Trainer {
+ public:
+  // `model` freshly built on every rank (rank 0's initial weights win); the datasets are shared
+  // by all ranks in full (each rank reads its own shard). `comm` must outlive the trainer.
+  Trainer(Communicator& comm, std::shared_ptr<models::Classifier> model,
+          data::ImageDataset train_set, data::ImageDataset test_set, TrainerOptions options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains to the end, to max_steps, or until a stop signal. Collective: every rank calls it.
+  TrainResult fit();
+
+ private:
+  struct Run;
+  Communicator& comm_;
+  std::shared_ptr<models::Classifier> model_;
+  data::ImageDataset train_set_;
+  data::ImageDataset test_set_;
+  TrainerOptions options_;
+};
+
+}  // namespace ddp::train

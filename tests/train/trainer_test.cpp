@@ -1,0 +1,174 @@
+// The trainer across real ranks: resuming from a checkpoint continues exactly as an uninterrupted
+// run, sharded evaluation equals evaluation in one process, the schedule, and option checks.
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "ddp/error.h"
+#include "ddp/models/classifier.h"
+#include "ddp/models/model_spec.h"
+#include "ddp/train/checkpoint.h"
+#include "ddp/train/evaluation.h"
+#include "ddp/train/lr_schedule.h"
+#include "ddp/train/trainer.h"
+#include "multiprocess.h"
+#include "test_files.h"
+
+namespace ddp::train {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::require;
+
+// 12x12 one-channel images whose label is learnable from the pixels.
+data::ImageDataset synthetic(int64_t n, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  data::ImageDataset d;
+  d.labels = torch::randint(0, 4, {n}, gen);
+  d.images = (torch::rand({n, 1, 12, 12}, gen) * 80).to(torch::kByte);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t label = d.labels[i].item<int64_t>();
+    d.images[i][0].narrow(0, 3 * label, 3).fill_(255);  // a bright band per class
+  }
+  d.class_names = {"zero", "one", "two", "three"};
+  return d;
+}
+
+TrainerOptions small_options(const std::string& checkpoint_dir) {
+  TrainerOptions o;
+  o.epochs = 2;
+  o.data.batch_size = 8;
+  o.data.transform.mean = {0.3f};
+  o.data.transform.std = {0.3f};
+  o.data.transform.random_crop_flip = true;  // augmentation must resume exactly too
+  o.data.transform.crop_padding = 1;
+  o.optimizer.lr = 0.05;
+  o.seed = 7;
+  o.checkpoint_dir = checkpoint_dir;
+  o.log_every = 0;
+  o.handle_signals = false;
+  return o;
+}
+
+std::vector<at::Tensor> parameters_of(models::Classifier& m) {
+  std::vector<at::Tensor> out;
+  for (auto& p : m.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
+  testing::TempDir dir;
+  testing::TestStoreServer server;
+  CommOptions comm_options;
+  comm_options.timeout = 30s;
+  auto outcomes = testing::run_with_communicators(
+      server, "gloo", 2, comm_options, 120s, [&](Communicator& comm) {
+        torch::set_num_threads(1);
+        const auto train_set = synthetic(96, 1);  // 6 steps per epoch per rank at batch 8
+        const auto test_set = synthetic(40, 2);
+        const models::ModelSpec spec{"mnist_cnn", 1, 12, 12, 4};
+
+        auto whole = models::create_model(spec, 11);
+        const TrainResult a =
+            Trainer(comm, whole, train_set, test_set, small_options(dir.file("a"))).fit();
+        require(a.global_step == 12, "uninterrupted run took " + std::to_string(a.global_step));
+
+        // Interrupted mid-epoch at step 4, then resumed by a fresh trainer and fresh weights.
+        TrainerOptions first = small_options(dir.file("b"));
+        first.max_steps = 4;
+        auto part = models::create_model(spec, 11);
+        const TrainResult b1 = Trainer(comm, part, train_set, test_set, first).fit();
+        require(b1.global_step == 4, "first part ended at " + std::to_string(b1.global_step));
+        auto resumed = models::create_model(spec, 99);
+        const TrainResult b2 =
+            Trainer(comm, resumed, train_set, test_set, small_options(dir.file("b"))).fit();
+        require(b2.resumed_from_step == 4, "resumed from " + std::to_string(b2.resumed_from_step));
+        require(b2.global_step == 12, "resumed run ended at " + std::to_string(b2.global_step));
+
+        const auto pa = parameters_of(*whole);
+        const auto pb = parameters_of(*resumed);
+        for (std::size_t i = 0; i < pa.size(); ++i) {
+          require(torch::equal(pa[i], pb[i]),
+                  "parameter " + std::to_string(i) + " differs by " +
+                      std::to_string((pa[i] - pb[i]).abs().max().item<double>()));
+        }
+        // The model learned something real (evaluated on held-out data).
+        require(
+            !a.epochs.empty() && a.epochs.back().evaluated && a.epochs.back().eval.accuracy() > 0.6,
+            "accuracy after training is too low");
+      });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+TEST(Trainer, ShardedEvaluationEqualsOneProcess) {
+  testing::TestStoreServer server;
+  CommOptions comm_options;
+  comm_options.timeout = 30s;
+  auto outcomes = testing::run_with_communicators(
+      server, "gloo", 3, comm_options, 60s, [&](Communicator& comm) {
+        torch::set_num_threads(1);
+        const auto test_set = synthetic(101, 3);  // not a multiple of 3: no sample twice
+        auto model = models::create_model({"mnist_cnn", 1, 12, 12, 4}, 5);
+        EvalOptions options;
+        options.batch_size = 16;
+        options.transform.mean = {0.3f};
+        options.transform.std = {0.3f};
+        const EvalResult sharded = evaluate(*model, test_set, options, &comm);
+        const EvalResult alone = evaluate(*model, test_set, options, nullptr);
+        require(sharded.count() == 101,
+                "sharded evaluation saw " + std::to_string(sharded.count()) + " samples");
+        require(sharded.correct == alone.correct && sharded.total == alone.total,
+                "per-class counts differ");
+        require(std::abs(sharded.loss_sum - alone.loss_sum) < 1e-3 * alone.loss_sum,
+                "loss differs");
+      });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+TEST(Evaluation, AccuracyTableHasARowPerClassAndOverall) {
+  EvalResult r;
+  r.correct = {9, 5};
+  r.total = {10, 10};
+  const std::string table = format_accuracy_table(r, {"cat", "dog"});
+  EXPECT_NE(table.find("cat             9        10    90.00%"), std::string::npos) << table;
+  EXPECT_NE(table.find("overall        14        20    70.00%"), std::string::npos) << table;
+  EXPECT_DOUBLE_EQ(r.accuracy(), 0.7);
+}
+
+TEST(LrSchedule, WarmupCosineAndStep) {
+  const LrSchedule cosine(0.1, 100, 10, {"cosine", 10, 0.1, 30, 0.0});
+  EXPECT_NEAR(cosine.at(0), 0.01, 1e-12);  // warm-up starts at base / warmup
+  EXPECT_NEAR(cosine.at(9), 0.1, 1e-12);
+  EXPECT_NEAR(cosine.at(10), 0.1, 1e-12);
+  EXPECT_NEAR(cosine.at(55), 0.05, 1e-12);
+  EXPECT_NEAR(cosine.at(100), 0.0, 1e-12);
+  const LrSchedule step(1.0, 100, 10, {"step", 0, 0.5, 2, 0.0});
+  EXPECT_DOUBLE_EQ(step.at(19), 1.0);
+  EXPECT_DOUBLE_EQ(step.at(20), 0.5);
+  EXPECT_DOUBLE_EQ(step.at(45), 0.25);
+  EXPECT_THROW(LrSchedule(0.1, 10, 1, {"linear", 0, 0.1, 1, 0}), ConfigError);
+}
+
+TEST(Trainer, RejectsAModelBuiltForOtherData) {
+  testing::TestStoreServer server;
+  auto outcomes = testing::run_with_communicators(
+      server, "gloo", 1, CommOptions{}, 30s, [&](Communicator& comm) {
+        auto model = models::create_model({"mnist_cnn", 1, 28, 28, 10});
+        try {
+          Trainer(comm, model, synthetic(8, 1), synthetic(8, 2), small_options(""));
+        } catch (const ConfigError& e) {
+          require(std::string(e.what()).find("built for 1x28x28 images and 10 classes") !=
+                      std::string::npos,
+                  e.what());
+          return;
+        }
+        throw std::runtime_error("no error");
+      });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+}  // namespace
+}  // namespace ddp::train
