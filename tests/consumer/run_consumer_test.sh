@@ -11,4 +11,12 @@ cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
 cmake -S "$source_dir" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
   -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/build" >/dev/null
-LD_LIBRARY_PATH="$work/prefix/lib:${LD_LIBRARY_PATH:-}" "$work/build/consumer"
+export LD_LIBRARY_PATH="$work/prefix/lib:${LD_LIBRARY_PATH:-}"
+"$work/build/consumer"
+# The fabric backend is a module libddp loads from beside itself: it must be installed there.
+if compgen -G "$work/prefix/lib/libddp_fabric.so.*" >/dev/null; then
+  DDP_BACKEND=fabric "$work/build/consumer" | tee "$work/fabric.out"
+  grep -q "consumer: fabric rank 0 of 1, sum ok=1" "$work/fabric.out"
+else
+  echo "consumer: no libddp_fabric installed (built with -DDDP_WITH_FABRIC=OFF): fabric not run"
+fi

@@ -7,7 +7,7 @@
 #include "ddp/error.h"
 #include "ddp/store.h"
 #ifdef DDP_WITH_FABRIC
-#include "comm/fabric/fabric_communicator.h"
+#include "comm/fabric_module.h"
 #endif
 
 namespace ddp {
@@ -55,7 +55,7 @@ std::unique_ptr<Communicator> create_communicator(const std::string& backend,
   }
 #ifdef DDP_WITH_FABRIC
   if (backend == "fabric") {
-    return std::make_unique<detail::FabricCommunicator>(scoped, rank, size, options);
+    return detail::create_fabric_communicator(scoped, rank, size, options);
   }
 #endif
   throw ConfigError("backend '" + backend + "' is not available");

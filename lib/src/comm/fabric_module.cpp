@@ -1,0 +1,72 @@
+#include "comm/fabric_module.h"
+
+#include <dlfcn.h>
+
+#include <filesystem>
+#include <mutex>
+#include <string>
+
+#include "comm/signal_dispositions.h"
+#include "ddp/error.h"
+#include "ddp/log.h"
+
+namespace ddp::detail {
+namespace {
+
+using EntryPoint = Communicator* (*)(const std::shared_ptr<Store>&, int, int, const CommOptions&);
+
+// Next to libddp itself (the build tree and an install prefix both keep them together).
+std::string module_beside_libddp() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&create_fabric_communicator), &info) == 0 ||
+      info.dli_fname == nullptr) {
+    return {};
+  }
+  const auto path = std::filesystem::path(info.dli_fname).parent_path() / DDP_FABRIC_MODULE_FILE;
+  return std::filesystem::exists(path) ? path.string() : std::string{};
+}
+
+EntryPoint load_entry_point() {
+  std::string where = module_beside_libddp();
+  if (where.empty()) where = DDP_FABRIC_MODULE_FILE;  // the loader's search path
+  // Never closed: libfabric providers do not support being unloaded.
+  void* handle = dlopen(where.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    throw ConfigError("cannot load the fabric backend module " + where + " (" +
+                      (why != nullptr ? why : "unknown error") +
+                      "); install it next to libddp (cmake --install) or set DDP_BACKEND=gloo");
+  }
+  auto entry = reinterpret_cast<EntryPoint>(dlsym(handle, DDP_FABRIC_ENTRY_POINT_NAME));
+  if (entry == nullptr) {
+    throw ConfigError("the fabric backend module " + where + " lacks " +
+                      DDP_FABRIC_ENTRY_POINT_NAME + "; it does not match this libddp: reinstall");
+  }
+  return entry;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> create_fabric_communicator(std::shared_ptr<Store> store, int rank,
+                                                         int size, const CommOptions& options) {
+  static std::mutex mutex;
+  static EntryPoint entry = nullptr;
+  // Loading the module runs library constructors, and the first fi_getinfo initialises every
+  // provider (PSM among them): both may install signal handlers.
+  // The guard also restores them when this throws.
+  SignalDispositionGuard signals;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (entry == nullptr) entry = load_entry_point();
+  }
+  std::unique_ptr<Communicator> communicator(entry(store, rank, size, options));
+  const auto changed = signals.restore();
+  if (!changed.empty()) {
+    std::string names;
+    for (const auto& n : changed) names += (names.empty() ? "" : ", ") + n;
+    log::debug("libfabric's providers took over {}; restored the program's handlers", names);
+  }
+  return communicator;
+}
+
+}  // namespace ddp::detail
