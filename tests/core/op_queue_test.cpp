@@ -71,11 +71,15 @@ TEST(OpQueue, ErrorsReachTheWaiter) {
 
 TEST(OpQueue, StopFailsOpsThatNeverStarted) {
   OpQueue queue;
+  std::atomic<bool> started{false};
   std::atomic<bool> release{false};
   Work running = queue.submit([&] {
+    started = true;
     while (!release) std::this_thread::sleep_for(1ms);
   });
   Work pending = queue.submit([] {});
+  // stop() must come after the comm thread took `running`, or `running` never starts either.
+  while (!started) std::this_thread::sleep_for(1ms);
   std::thread stopper([&] { queue.stop(); });
   std::this_thread::sleep_for(20ms);
   release = true;
