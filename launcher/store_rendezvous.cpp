@@ -19,6 +19,7 @@
 #include "ddp/error.h"
 #include "ddp/log.h"
 #include "ddp/store.h"
+#include "net/tcp_probe.h"
 
 namespace ddprun {
 namespace {
@@ -35,15 +36,6 @@ double seconds_of(Clock::duration d) {
   return std::chrono::duration_cast<milliseconds>(d).count() / 1000.0;
 }
 
-std::string numeric_address(const sockaddr* addr) {
-  char text[INET6_ADDRSTRLEN] = {};
-  const void* raw =
-      addr->sa_family == AF_INET
-          ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(addr)->sin_addr)
-          : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr);
-  return inet_ntop(addr->sa_family, raw, text, sizeof(text)) != nullptr ? text : "";
-}
-
 // Whether `host` names this machine: loopback, its hostname or FQDN, or one of its addresses.
 // Decides which agent serves the c10d store when no node rank says so.
 bool names_this_machine(const std::string& host, const HostFacts& facts,
@@ -58,7 +50,7 @@ bool names_this_machine(const std::string& host, const HostFacts& facts,
   if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
   std::vector<std::string> targets;
   for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-    targets.push_back(numeric_address(ai->ai_addr));
+    targets.push_back(ddp::net::numeric_address(ai->ai_addr));
   }
   freeaddrinfo(found);
   ifaddrs* ifs = nullptr;
@@ -69,7 +61,7 @@ bool names_this_machine(const std::string& host, const HostFacts& facts,
         (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) {
       continue;
     }
-    const std::string mine = numeric_address(i->ifa_addr);
+    const std::string mine = ddp::net::numeric_address(i->ifa_addr);
     local = std::find(targets.begin(), targets.end(), mine) != targets.end();
   }
   freeifaddrs(ifs);
@@ -78,44 +70,6 @@ bool names_this_machine(const std::string& host, const HostFacts& facts,
 
 // Resolves `host` and opens (then closes) a TCP connection to `port`; "" on success, else why
 // not. Keeps the c10d client from logging a warning for every refused attempt.
-std::string probe_tcp(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  const std::string service = std::to_string(port);
-  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
-    return "cannot resolve '" + host + "': " + gai_strerror(rc);
-  }
-  std::string why = "no address";
-  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      if (poll(&p, 1, 1000) == 1) {
-        int err = 0;
-        socklen_t len = sizeof(err);
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        rc = err == 0 ? 0 : -1;
-        errno = err;
-      } else {
-        errno = ETIMEDOUT;
-      }
-    }
-    const int saved = errno;
-    close(fd);
-    if (rc == 0) {
-      freeaddrinfo(found);
-      return "";
-    }
-    why = numeric_address(ai->ai_addr) + ":" + service + ": " + std::strerror(saved);
-  }
-  freeaddrinfo(found);
-  return why;
-}
-
 struct Member {
   int join_index = 0;
   int node_rank = -1;  // claimed by configuration
@@ -170,7 +124,7 @@ void StoreRendezvous::connect_with_retry(Clock::time_point deadline) {
   std::string why;
   for (;;) {
     poll_interrupt_();
-    why = probe_tcp(store_host_, store_port_);
+    why = ddp::net::probe_tcp(store_host_, store_port_);
     if (why.empty()) {
       try {
         const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());

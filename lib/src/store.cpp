@@ -9,6 +9,7 @@
 #include "ddp/error.h"
 #include "ddp/log.h"
 #include "ddp/store_c10d.h"
+#include "net/tcp_probe.h"
 
 namespace ddp {
 
@@ -70,6 +71,14 @@ std::shared_ptr<Store> Store::host(int port, std::chrono::milliseconds timeout) 
 
 std::shared_ptr<Store> Store::connect(const std::string& host, int port,
                                       std::chrono::milliseconds timeout) {
+  const auto unreachable = [&](const std::string& cause) {
+    return StoreError("cannot reach the rendezvous store at " + host + ":" + std::to_string(port) +
+                      " within " + seconds(timeout) + " (" + cause +
+                      "); check MASTER_ADDR/MASTER_PORT and that the rank-0 host is running");
+  };
+  if (!net::wait_for_listener(host, port, std::chrono::steady_clock::now() + timeout)) {
+    throw unreachable("nothing accepted a connection there");
+  }
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(port);
   opts.isServer = false;
@@ -83,9 +92,7 @@ std::shared_ptr<Store> Store::connect(const std::string& host, int port,
   } catch (const std::exception& e) {
     std::string cause = e.what();
     if (auto nl = cause.find('\n'); nl != std::string::npos) cause.resize(nl);
-    throw StoreError("cannot reach the rendezvous store at " + host + ":" + std::to_string(port) +
-                     " within " + seconds(timeout) + " (" + cause +
-                     "); check MASTER_ADDR/MASTER_PORT and that the rank-0 host is running");
+    throw unreachable(cause);
   }
   return std::shared_ptr<Store>(new Store(std::move(impl), ""));
 }

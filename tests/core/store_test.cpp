@@ -1,11 +1,15 @@
 #include <chrono>
+#include <memory>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
 
 #include "ddp/error.h"
 #include "ddp/store.h"
+#include "multiprocess.h"
 #include "net/local_address.h"
+#include "net/tcp_probe.h"
 
 namespace ddp {
 namespace {
@@ -77,6 +81,33 @@ TEST(Store, UnreachableStoreFailsWithinTheTimeoutNamingTheEndpoint) {
     EXPECT_NE(msg.find("MASTER_ADDR"), std::string::npos) << msg;
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+}
+
+// Workers start while ddprun is still bringing its store up: connecting must wait for it.
+TEST(Store, ConnectWaitsForAStoreThatComesUpLater) {
+  const int port = testing::free_tcp_port();
+  std::shared_ptr<Store> server;
+  std::thread host([&] {
+    std::this_thread::sleep_for(300ms);
+    server = Store::host(port, 5s);
+  });
+  std::shared_ptr<Store> client;
+  EXPECT_NO_THROW(client = Store::connect("127.0.0.1", port, 10s));
+  host.join();
+  ASSERT_TRUE(client && server);
+  client->set("k", "v");
+  EXPECT_EQ(server->get("k"), "v");
+}
+
+TEST(TcpProbe, NamesTheAddressAndTheCauseWhenNothingListens) {
+  const int port = testing::free_tcp_port();
+  const std::string why = net::probe_tcp("127.0.0.1", port);
+  EXPECT_NE(why.find("127.0.0.1:" + std::to_string(port) + ": Connection refused"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(net::probe_tcp("no-such-host.invalid", port).find("cannot resolve"), std::string::npos);
+  auto server = Store::host(port, 5s);
+  EXPECT_EQ(net::probe_tcp("127.0.0.1", port), "");
 }
 
 TEST(LocalAddress, LoopbackRoutesThroughLoopback) {

@@ -1,0 +1,81 @@
+#include "net/tcp_probe.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+namespace ddp::net {
+
+std::string numeric_address(const sockaddr* addr) {
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* raw = nullptr;
+  if (addr->sa_family == AF_INET) {
+    raw = &reinterpret_cast<const sockaddr_in*>(addr)->sin_addr;
+  } else if (addr->sa_family == AF_INET6) {
+    raw = &reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr;
+  } else {
+    return "";
+  }
+  return inet_ntop(addr->sa_family, raw, text, sizeof(text)) != nullptr ? text : "";
+}
+
+std::string probe_tcp(const std::string& host, int port, std::chrono::milliseconds limit) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    return "cannot resolve '" + host + "': " + gai_strerror(rc);
+  }
+  std::string why = "no address";
+  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    const int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      if (poll(&p, 1, static_cast<int>(limit.count())) == 1) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        rc = err == 0 ? 0 : -1;
+        errno = err;
+      } else {
+        errno = ETIMEDOUT;
+      }
+    }
+    const int saved = errno;
+    close(fd);
+    if (rc == 0) {
+      freeaddrinfo(found);
+      return "";
+    }
+    why = numeric_address(ai->ai_addr) + ":" + service + ": " + std::strerror(saved);
+  }
+  freeaddrinfo(found);
+  return why;
+}
+
+bool wait_for_listener(const std::string& host, int port,
+                       std::chrono::steady_clock::time_point deadline) {
+  using std::chrono::milliseconds;
+  auto pause = milliseconds(5);
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    if (probe_tcp(host, port, std::min(left, milliseconds(1000))).empty()) return true;
+    std::this_thread::sleep_for(std::min(pause, left));
+    pause = std::min(pause * 2, milliseconds(100));
+  }
+}
+
+}  // namespace ddp::net
