@@ -7,6 +7,7 @@ find_package(ZLIB REQUIRED)
 find_package(Eigen3 REQUIRED NO_MODULE)
 find_package(cxxopts REQUIRED)
 find_package(Threads REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)  # header-only, never a public dependency
 if(DDP_WITH_FABRIC)
   find_package(PkgConfig REQUIRED)
   pkg_check_modules(LIBFABRIC REQUIRED IMPORTED_TARGET libfabric)

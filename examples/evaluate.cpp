@@ -15,6 +15,7 @@
 #include "ddp/models/model_spec.h"
 #include "ddp/train/checkpoint.h"
 #include "ddp/train/evaluation.h"
+#include "training_flags.h"
 
 namespace {
 
@@ -95,14 +96,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const cxxopts::exceptions::exception& e) {
-    ddp::log::error("{} (see --help)", e.what());
-    return ddp::exit_code::kConfig;
-  } catch (const std::exception& e) {
-    ddp::log::error("{}", e.what());
-    return ddp::exit_code::for_exception(e);
-  }
-}
+int main(int argc, char** argv) { return examples::run_main(argc, argv, run); }

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include "ddp/error.h"
+#include "ddp/error_file.h"
 #include "ddp/exit_codes.h"
 #include "ddp/log.h"
 
@@ -114,9 +115,11 @@ int run_main(int argc, char** argv, int (*body)(int, char**)) {
     return body(argc, argv);
   } catch (const cxxopts::exceptions::exception& e) {
     ddp::log::error("{} (see --help)", e.what());
+    ddp::record_error(ddp::ConfigError(std::string(e.what()) + " (see --help)"));
     return ddp::exit_code::kConfig;
   } catch (const std::exception& e) {
     ddp::log::error("{}", e.what());
+    ddp::record_error(e);  // ddprun reports this message as the root cause
     return ddp::exit_code::for_exception(e);
   }
 }

@@ -27,7 +27,8 @@ ddp::train::TrainerOptions trainer_options_from(const cxxopts::ParseResult& flag
 // --threads, else leaves libtorch's default (OMP_NUM_THREADS, which ddprun sets to 1).
 void apply_thread_flag(const cxxopts::ParseResult& flags);
 
-// Runs `body` and turns what escapes it into the documented exit codes (one line on stderr).
+// Runs `body` and turns what escapes it into the documented exit codes (one line on stderr,
+// and the torchelastic error file when the launcher asked for one).
 int run_main(int argc, char** argv, int (*body)(int, char**));
 
 }  // namespace examples

@@ -169,6 +169,21 @@ TEST_F(TrainMnist, BadDataDirectoryExitsWithTheDataCode) {
   EXPECT_EQ(wait_for(q, Clock::now() + 60s), exit_code::kConfig);
 }
 
+// The launcher's error file names the worker's own exception, not a guess from its stderr.
+TEST_F(TrainMnist, UnderDdprunTheErrorFileCarriesTheTrainersException) {
+  const std::string error_file = dir_.file("error.json");
+  Process p = start({DDPRUN_PATH, "--standalone", "--nproc-per-node", "2", TRAIN_MNIST_PATH,
+                     "--data", dir_.file("nowhere")},
+                    {"TORCHELASTIC_ERROR_FILE=" + error_file}, dir_.file("ddprun-bad.log"));
+  EXPECT_EQ(wait_for(p, Clock::now() + 120s), exit_code::kData) << read_text(p.log);
+  const auto doc = nlohmann::json::parse(read_text(error_file), nullptr, false);
+  ASSERT_TRUE(doc.is_object()) << read_text(error_file);
+  const std::string message = doc["message"]["message"].get<std::string>();
+  EXPECT_EQ(message.rfind("DataError: ", 0), 0u) << message;
+  EXPECT_NE(message.find("nowhere/train-images-idx3-ubyte[.gz]"), std::string::npos) << message;
+  EXPECT_EQ(doc["message"]["errorCode"], exit_code::kData) << doc.dump();
+}
+
 TEST_F(TrainMnist, TwoRanksUnderDdprun) {
   Process p = start({DDPRUN_PATH, "--standalone", "--nproc-per-node", "2", TRAIN_MNIST_PATH,
                      "--data", dir_.path(), "--epochs", "1", "--train-subset", "512"},
