@@ -13,6 +13,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+static_assert(sizeof(CollectiveSignature) % 8 == 0,
+              "payloads follow the signature in a slot: keep them 8-byte aligned");
+
 std::chrono::milliseconds remaining(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   return std::max(left, std::chrono::milliseconds(1));
@@ -27,7 +30,9 @@ GlooDirectExchange::GlooDirectExchange(std::shared_ptr<gloo::Context> context,
       // Every receive is posted with the full slot size, so a peer that sends more than this
       // rank expects still lands inside the slot and is reported as a mismatch (gloo aborts
       // the process when a message is larger than the posted receive).
-      slot_bytes_(sizeof(CollectiveSignature) + max_payload_bytes),
+      // Slots start on cache lines, so every peer's payload is as aligned as its dtype needs
+      // (the budget divided by the peer count is often odd).
+      slot_bytes_((sizeof(CollectiveSignature) + max_payload_bytes + 63) / 64 * 64),
       send_storage_(slot_bytes_),
       recv_storage_(2 * slot_bytes_ * context_->size) {
   send_buffer_ = context_->createUnboundBuffer(send_storage_.data(), send_storage_.size());
