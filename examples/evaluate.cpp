@@ -32,7 +32,7 @@ int run(int argc, char** argv) {
      cxxopts::value<std::string>()->default_value(""))
     ("dataset", "fashion-mnist, mnist or cifar10 (default: from the checkpoint's image shape)",
      cxxopts::value<std::string>()->default_value(""))
-    ("batch-size", "Images per forward pass", cxxopts::value<int64_t>()->default_value("500"))
+    ("batch-size", "Images per forward pass", cxxopts::value<int64_t>()->default_value("128"))
     ("bf16", "Evaluate under bfloat16 autocast", cxxopts::value<bool>()->default_value("false"))
     ("threads", "Intra-op threads (default: OMP_NUM_THREADS or all cores)",
      cxxopts::value<int>()->default_value("0"))

@@ -18,6 +18,8 @@ void add_training_flags(cxxopts::Options& options, const TrainingDefaults& d) {
     ("test-subset", "Evaluate on the first N test images only (0: all)",
      cxxopts::value<int64_t>()->default_value("0"))
     ("batch-size", "Images per rank per step", cxxopts::value<int64_t>()->default_value("64"))
+    ("eval-batch-size", "Images per rank per evaluation forward pass (bounds its memory)",
+     cxxopts::value<int64_t>()->default_value("128"))
     ("augment", "Random crop (4-pixel padding) and horizontal flip",
      cxxopts::value<bool>()->default_value(d.augment ? "true" : "false"))
     ("prefetch", "Batches prepared ahead by the loader thread",
@@ -71,6 +73,10 @@ ddp::train::TrainerOptions trainer_options_from(const cxxopts::ParseResult& f) {
   o.epochs = f["epochs"].as<int64_t>();
   o.max_steps = f["max-steps"].as<int64_t>();
   o.data.batch_size = f["batch-size"].as<int64_t>();
+  o.eval_batch_size = f["eval-batch-size"].as<int64_t>();
+  if (o.data.batch_size <= 0 || o.eval_batch_size <= 0) {
+    throw ddp::ConfigError("--batch-size and --eval-batch-size must be positive");
+  }
   o.data.prefetch = f["prefetch"].as<int>();
   o.data.transform.random_crop_flip = f["augment"].as<bool>();
   o.bf16 = f["bf16"].as<bool>();

@@ -30,7 +30,9 @@ struct TrainerOptions {
   // Stop after this many optimizer steps in all (checkpointing first); 0 for no limit.
   int64_t max_steps = 0;
   data::LoaderOptions data;  // per-rank batch size, normalisation, augmentation, prefetch
-  int64_t eval_batch_size = 500;
+  // Evaluation activations dominate peak memory: 500 images of the MNIST CNN hold ~150 MiB more
+  // than 128, and the smaller batch also evaluates faster (it stays in cache).
+  int64_t eval_batch_size = 128;
   bool evaluate_each_epoch = true;
   OptimizerOptions optimizer;
   LrScheduleOptions schedule;
