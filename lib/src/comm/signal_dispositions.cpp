@@ -31,7 +31,8 @@ std::vector<std::string> SignalDispositionGuard::restore() {
   std::vector<std::string> changed;
   for (const Saved& entry : saved_) {
     struct sigaction now {};
-    if (sigaction(entry.signal, nullptr, &now) != 0 || same_disposition(now, entry.action)) continue;
+    if (sigaction(entry.signal, nullptr, &now) != 0 || same_disposition(now, entry.action))
+      continue;
     sigaction(entry.signal, &entry.action, nullptr);
     const char* name = sigabbrev_np(entry.signal);
     changed.push_back(name != nullptr ? std::string("SIG") + name : std::to_string(entry.signal));

@@ -30,7 +30,7 @@ struct EvalResult {
 };
 
 struct EvalOptions {
-  int64_t batch_size = 128;  // see TrainerOptions::eval_batch_size
+  int64_t batch_size = 128;          // see TrainerOptions::eval_batch_size
   data::TransformOptions transform;  // normalisation (augmentation is ignored)
   bool bf16 = false;                 // autocast the forward pass to bfloat16
 };
