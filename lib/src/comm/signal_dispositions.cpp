@@ -16,7 +16,9 @@ SignalDispositionGuard::SignalDispositionGuard() {
   // The standard signals only: real-time ones belong to threading libraries and our own
   // stuck-call guard, none of which a library constructor has reason to take.
   for (int s = 1; s < SIGRTMIN; ++s) {
-    if (s == SIGKILL || s == SIGSTOP) continue;
+    // SIGPIPE is left to the libraries: one that ignores it may write to sockets without
+    // MSG_NOSIGNAL, and ignoring it only turns a dead peer into an error return.
+    if (s == SIGKILL || s == SIGSTOP || s == SIGPIPE) continue;
     Saved entry{s, {}};
     if (sigaction(s, nullptr, &entry.action) == 0) saved_.push_back(entry);
   }
