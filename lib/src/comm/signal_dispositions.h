@@ -12,7 +12,7 @@ namespace ddp::detail {
 class SignalDispositionGuard {
  public:
   SignalDispositionGuard();
-  // Restores every disposition that changed since construction.
+  // Restores every disposition that changed since construction (standard signals but SIGPIPE).
   ~SignalDispositionGuard();
   SignalDispositionGuard(const SignalDispositionGuard&) = delete;
   SignalDispositionGuard& operator=(const SignalDispositionGuard&) = delete;
