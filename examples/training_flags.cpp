@@ -1,11 +1,14 @@
 #include "training_flags.h"
 
+#include <iostream>
+
 #include <ATen/Parallel.h>
 
 #include "ddp/error.h"
 #include "ddp/error_file.h"
 #include "ddp/exit_codes.h"
 #include "ddp/log.h"
+#include "ddp/models/model_spec.h"
 
 namespace examples {
 
@@ -114,6 +117,32 @@ void apply_thread_flag(const cxxopts::ParseResult& flags) {
   const int threads = flags["threads"].as<int>();
   if (threads < 0) throw ddp::ConfigError("--threads must not be negative");
   if (threads > 0) at::set_num_threads(threads);
+}
+
+bool print_help_if_asked(const cxxopts::Options& options, const cxxopts::ParseResult& flags) {
+  if (!flags.count("help")) return false;
+  std::cout << options.help()
+            << "\nExit codes: 0 done, 64 bad flag, 65 bad data, 70 communication failure, 75 "
+               "stopped by SIGTERM after a checkpoint (rerun to resume).\n";
+  return true;
+}
+
+int train_and_report(const cxxopts::ParseResult& flags, ddp::ProcessGroup& group,
+                     ddp::data::ImageDataset train_set, ddp::data::ImageDataset test_set,
+                     const ddp::train::TrainerOptions& options) {
+  if (const auto n = flags["train-subset"].as<int64_t>(); n > 0) train_set = train_set.head(n);
+  if (const auto n = flags["test-subset"].as<int64_t>(); n > 0) test_set = test_set.head(n);
+  auto model =
+      ddp::models::create_model({flags["model"].as<std::string>(), train_set.channels(),
+                                 train_set.height(), train_set.width(), train_set.num_classes()},
+                                options.seed);
+  ddp::train::Trainer trainer(*group.comm, model, train_set, test_set, options);
+  const ddp::train::TrainResult result = trainer.fit();
+  if (result.status == ddp::train::TrainStatus::kPreempted) return ddp::exit_code::kPreempted;
+  if (group.env.rank == 0 && !result.epochs.empty() && result.epochs.back().evaluated) {
+    std::cout << ddp::train::format_accuracy_table(result.epochs.back().eval, test_set.class_names);
+  }
+  return ddp::exit_code::kSuccess;
 }
 
 int run_main(int argc, char** argv, int (*body)(int, char**)) {

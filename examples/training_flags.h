@@ -5,6 +5,8 @@
 
 #include <cxxopts.hpp>
 
+#include "ddp/data/image_dataset.h"
+#include "ddp/distributed.h"
 #include "ddp/train/trainer.h"
 
 namespace examples {
@@ -26,6 +28,16 @@ ddp::train::TrainerOptions trainer_options_from(const cxxopts::ParseResult& flag
 
 // --threads, else leaves libtorch's default (OMP_NUM_THREADS, which ddprun sets to 1).
 void apply_thread_flag(const cxxopts::ParseResult& flags);
+
+// Prints --help with the exit codes and returns true if it was asked for.
+bool print_help_if_asked(const cxxopts::Options& options, const cxxopts::ParseResult& flags);
+
+// What both training examples do once their data is read: cut the splits to --train-subset /
+// --test-subset, build --model for them, train, and print rank 0's accuracy table. Returns the
+// exit code (75 when stopped by SIGTERM after a checkpoint).
+int train_and_report(const cxxopts::ParseResult& flags, ddp::ProcessGroup& group,
+                     ddp::data::ImageDataset train_set, ddp::data::ImageDataset test_set,
+                     const ddp::train::TrainerOptions& options);
 
 // Runs `body` and turns what escapes it into the documented exit codes (one line on stderr,
 // and the torchelastic error file when the launcher asked for one).
