@@ -387,12 +387,17 @@ void FabricTransport::post_with_retry(Post&& post, int peer, const char* what) {
   }
 }
 
-void FabricTransport::send_header(int peer) {
+std::uint64_t FabricTransport::op_tag(int source, std::uint32_t index, bool large) const {
   MessageTag tag;
+  tag.large = large;
   tag.sequence = sequence_;
-  tag.source = static_cast<std::uint32_t>(rank_);
-  tag.index = kHeaderIndex;
-  const std::uint64_t bits = encode_tag(tag);
+  tag.source = static_cast<std::uint32_t>(source);
+  tag.index = index;
+  return encode_tag(tag);
+}
+
+void FabricTransport::send_header(int peer) {
+  const std::uint64_t bits = op_tag(rank_, kHeaderIndex);
   const OpHeader& header = header_;
   fid_ep* ep = endpoint_->endpoint();
   const fi_addr_t destination = peers_[peer];
@@ -414,15 +419,11 @@ void FabricTransport::send_header(int peer) {
 }
 
 void FabricTransport::post_header_receive(int peer) {
-  MessageTag tag;
-  tag.sequence = sequence_;
-  tag.source = static_cast<std::uint32_t>(peer);
-  tag.index = kHeaderIndex;
   const Request request = acquire(SlotKind::kHeader, peer, kHeaderIndex, sizeof(OpHeader));
   Slot& s = slots_[request];
   s.buffer = header_buffer(peer);
   s.desc = control_registration_->descriptor();
-  s.tag = encode_tag(tag);
+  s.tag = op_tag(peer, kHeaderIndex);
   post_receive(request);
 }
 
@@ -459,15 +460,11 @@ PeerTransport::Request FabricTransport::send(int peer, std::uint32_t index, cons
     state.header_sent = true;
     send_header(peer);
   }
-  MessageTag tag;
-  tag.large = bytes > inject_bytes_;
-  tag.sequence = sequence_;
-  tag.source = static_cast<std::uint32_t>(rank_);
-  tag.index = data_index(index);
-  const std::uint64_t bits = encode_tag(tag);
+  const bool large = bytes > inject_bytes_;
+  const std::uint64_t bits = op_tag(rank_, data_index(index), large);
   fid_ep* ep = endpoint_->endpoint();
   const fi_addr_t destination = peers_[peer];
-  if (!tag.large && injects_small_sends_) {
+  if (!large && injects_small_sends_) {
     // Written into the peer's shared memory before returning; no completion is generated.
     post_with_retry([&] { return fi_tinject(ep, data, bytes, destination, bits); }, peer,
                     "a send to");
@@ -491,19 +488,15 @@ PeerTransport::Request FabricTransport::recv(int peer, std::uint32_t index, void
     state.header_posted = true;
     post_header_receive(peer);
   }
-  MessageTag tag;
-  tag.large = bytes > inject_bytes_;
-  tag.sequence = sequence_;
-  tag.source = static_cast<std::uint32_t>(peer);
-  tag.index = data_index(index);
+  const bool large = bytes > inject_bytes_;
   void* desc = descriptor_for(data, bytes);
   const Request request = acquire(SlotKind::kRecv, peer, index, bytes);
   Slot& s = slots_[request];
   s.buffer = data;
   s.desc = desc;
-  s.tag = encode_tag(tag);
+  s.tag = op_tag(peer, data_index(index), large);
   // A large receive waits for the header: only then is its size known to match the sender's.
-  if (tag.large && !state.header_valid) {
+  if (large && !state.header_valid) {
     state.deferred.push_back(request);
   } else {
     post_receive(request);

@@ -73,6 +73,8 @@ class FabricTransport final : public PeerTransport {
   // Posts receives whose headers have arrived; keeps those the provider cannot take yet.
   void post_ready_receives();
   void post_receive(Request request);
+  // The tag of a message of the current op sent by `source` (its header or its data).
+  std::uint64_t op_tag(int source, std::uint32_t index, bool large = false) const;
   void send_header(int peer);
   void post_header_receive(int peer);
   void post_control_receive(Slot& slot);
