@@ -104,6 +104,19 @@ std::string describe(const RankOutcome& o) {
   return ::testing::AssertionFailure() << "ranks failed (their stderr is above):" << failures;
 }
 
+::testing::AssertionResult only_victim_was_killed(const std::vector<RankOutcome>& outcomes,
+                                                  int victim) {
+  std::string failures;
+  for (const auto& o : outcomes) {
+    const bool as_expected =
+        o.rank == victim ? o.signal == SIGKILL : o.exit_code == 0 && !o.killed_at_deadline;
+    if (!as_expected) failures += "\n  " + describe(o);
+  }
+  if (failures.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "expected only rank " << victim << " to die of SIGKILL (stderr is above):" << failures;
+}
+
 TestStoreServer::TestStoreServer() {
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error("pipe failed");

@@ -35,6 +35,11 @@ std::vector<RankOutcome> run_ranks(int world_size, std::chrono::milliseconds dea
 ::testing::AssertionResult all_ranks_succeeded(const std::vector<RankOutcome>& outcomes);
 std::string describe(const RankOutcome& outcome);
 
+// Success when rank `victim` died of SIGKILL and every other rank exited 0 before the deadline:
+// the outcome of the tests that kill one rank mid-collective.
+::testing::AssertionResult only_victim_was_killed(const std::vector<RankOutcome>& outcomes,
+                                                  int victim);
+
 // A rendezvous store served by a process of its own, so the test process stays single-threaded
 // when it forks ranks (a requirement of ThreadSanitizer, and of fork safety in general).
 // Children connect their own clients, under a prefix unique per group.
