@@ -224,6 +224,17 @@ std::vector<torch::Tensor> local_gradients(int rank, int world, int micro_batche
   return grads;
 }
 
+// Requires each gradient of `net` to be the mean of what ranks 0 and 1 get alone.
+void require_mean_of_two_ranks(TinyNet& net, int world, int micro_batches,
+                               const std::string& what) {
+  auto r0 = local_gradients(0, world, micro_batches);
+  auto r1 = local_gradients(1, world, micro_batches);
+  auto params = net->parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    require(torch::allclose(params[i].grad(), (r0[i] + r1[i]) / 2, 1e-5, 1e-6), what);
+  }
+}
+
 TEST(DistributedDataParallel, NoSyncAccumulatesLocallyThenAveragesEverything) {
   testing::TestStoreServer server;
   auto outcomes = testing::run_with_communicators(
@@ -250,13 +261,9 @@ TEST(DistributedDataParallel, NoSyncAccumulatesLocallyThenAveragesEverything) {
           }
         }
         backward_on(2);
-        auto r0 = local_gradients(0, comm.size(), 3);
-        auto r1 = local_gradients(1, comm.size(), 3);
-        auto params = net->parameters();
-        for (std::size_t i = 0; i < params.size(); ++i) {
-          require(torch::allclose(params[i].grad(), (r0[i] + r1[i]) / 2, 1e-5, 1e-6),
-                  "gradient after no_sync is not the average of all accumulated gradients");
-        }
+        require_mean_of_two_ranks(
+            net, comm.size(), 3,
+            "gradient after no_sync is not the average of all accumulated gradients");
       });
   EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
 }
@@ -425,13 +432,8 @@ TEST(DistributedDataParallel, GradientsResetToNoneAreHandled) {
               d.y.narrow(0, comm.rank() * kPerRank, kPerRank))
               .backward();
         }
-        auto r0 = local_gradients(0, comm.size(), 1);
-        auto r1 = local_gradients(1, comm.size(), 1);
-        auto params = net->parameters();
-        for (std::size_t i = 0; i < params.size(); ++i) {
-          require(torch::allclose(params[i].grad(), (r0[i] + r1[i]) / 2, 1e-5, 1e-6),
-                  "wrong gradient after zero_grad(set_to_none)");
-        }
+        require_mean_of_two_ranks(net, comm.size(), 1,
+                                  "wrong gradient after zero_grad(set_to_none)");
       });
   EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
 }
