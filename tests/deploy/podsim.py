@@ -479,8 +479,6 @@ def pod_init(spec_file):
     _bind("/proc", root + "/proc", False, recursive=True)
     _bind("/sys", root + "/sys", True, recursive=True)
     _bind("/dev", root + "/dev", False, recursive=True)
-    for d in s["bind_dirs"]:  # where the binaries under test live, at their own paths
-        _bind(d, root + d, True)
     os.makedirs(root + s["home"], exist_ok=True)
     os.chown(root + s["home"], s["uid"], s["gid"])
     for target, kind, src, read_only, size in s["mounts"]:
@@ -496,6 +494,10 @@ def pod_init(spec_file):
             os.makedirs(d, exist_ok=True)
             os.chmod(d, 0o777)  # emptyDir is world-writable
             _bind(d, path, read_only)
+    # Where the binaries under test live, at their own paths; after the volumes, so that a
+    # checkout under a pod volume's mountPath (e.g. /tmp, an emptyDir) is not hidden by it.
+    for d in s["bind_dirs"]:
+        _bind(d, root + d, True)
     if s["read_only_root"]:
         _mount("-o", "remount,ro", root)
     os.chroot(root)
