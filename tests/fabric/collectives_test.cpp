@@ -291,6 +291,39 @@ TEST_P(FabricCollectives, MessagesRespectTheTransportsSizeLimit) {
   }
 }
 
+TEST_P(FabricCollectives, AllreduceSendsAFewEagerMessagesInsteadOfOneLargeOne) {
+  const int n = GetParam();
+  if (n == 1) GTEST_SKIP() << "one rank sends nothing";
+  AlgorithmConfig doubling;
+  doubling.allreduce = AllreduceAlgorithm::kRecursiveDoubling;
+  constexpr std::size_t kEager = 64;
+  // 16 floats fit one eager message; 17 and 128 take 2 and 8; 129 is past the split limit.
+  for (std::size_t count : {16, 17, 100, 128, 129}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    InMemoryFabric fabric(n, kTimeout);
+    fabric.set_eager_message_bytes(kEager);
+    std::vector<std::vector<float>> data(n);
+    for (int r = 0; r < n; ++r) {
+      for (std::size_t i = 0; i < count; ++i) data[r].push_back(static_cast<float>(value(r, i)));
+    }
+    // The in-memory transport rejects a larger send from the caller's (unexposed) buffer.
+    for (auto& error : run_ranks(fabric, [&](PeerTransport&t, int r) {
+           allreduce(t, Buffer(data[r]), ReduceOp::kSum, doubling);
+         })) {
+      if (error) std::rethrow_exception(error);
+    }
+    for (int r = 0; r < n; ++r) {
+      for (std::size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(data[r][i], expected(ReduceOp::kSum, n, i, DataType::kFloat32));
+      }
+    }
+    const std::size_t bytes = count * sizeof(float);
+    const bool split = bytes <= 8 * kEager;
+    EXPECT_EQ(fabric.largest_message_bytes() <= kEager, split)
+        << "largest message " << fabric.largest_message_bytes() << " bytes";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, FabricCollectives, ::testing::Values(1, 2, 3, 4, 5, 7, 8),
                          [](const auto& info) { return "ranks" + std::to_string(info.param); });
 
@@ -311,7 +344,8 @@ TEST(FabricCollectivesFailures, MismatchedSizesFailEveryRankWithCommError) {
           std::rethrow_exception(errors[r]);
         } catch (const CommError& e) {
           EXPECT_EQ(e.op(), "allreduce");
-          if (std::string(e.what()).find(" issued allreduce(") != std::string::npos) ++mismatch_reports;
+          if (std::string(e.what()).find(" issued allreduce(") != std::string::npos)
+            ++mismatch_reports;
         }
       }
       EXPECT_GE(mismatch_reports, 1);

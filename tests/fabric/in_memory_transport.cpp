@@ -1,5 +1,6 @@
 #include "in_memory_transport.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
@@ -41,7 +42,7 @@ class InMemoryTransport final : public PeerTransport {
   }
 
   Request send(int peer, std::uint32_t index, const void* data, std::size_t bytes) override {
-    check_usable(peer, data, bytes);
+    check_usable(peer, data, bytes, bytes <= fabric_.eager_message_bytes_);
     auto state = std::make_shared<InMemoryFabric::RequestState>();
     fabric_.post_send({peer, rank_, sequence_, index},
                       {rank_, header_, static_cast<char*>(const_cast<void*>(data)), bytes, state});
@@ -49,7 +50,7 @@ class InMemoryTransport final : public PeerTransport {
   }
 
   Request recv(int peer, std::uint32_t index, void* data, std::size_t bytes) override {
-    check_usable(peer, data, bytes);
+    check_usable(peer, data, bytes, /*eager_send=*/false);
     auto state = std::make_shared<InMemoryFabric::RequestState>();
     fabric_.post_recv({rank_, peer, sequence_, index},
                       {peer, header_, static_cast<char*>(data), bytes, state});
@@ -72,14 +73,15 @@ class InMemoryTransport final : public PeerTransport {
   }
 
   std::size_t max_message_bytes() const override { return fabric_.max_message_bytes_; }
+  std::size_t eager_message_bytes() const override { return fabric_.eager_message_bytes_; }
 
  private:
-  void check_usable(int peer, const void* data, std::size_t bytes) const {
+  void check_usable(int peer, const void* data, std::size_t bytes, bool eager_send) const {
     if (!in_op_) throw std::logic_error("transfer outside an op");
     if (peer < 0 || peer >= size() || peer == rank_) throw std::logic_error("bad peer");
     if (bytes > fabric_.max_message_bytes_)
       throw std::logic_error("message above max_message_bytes");
-    if (bytes == 0) return;
+    if (bytes == 0 || eager_send) return;
     const char* p = static_cast<const char*>(data);
     auto inside = [&](const char* base, std::size_t len) {
       return p >= base && p + bytes <= base + len;
@@ -130,8 +132,20 @@ void InMemoryFabric::match(const Posted& send, const Posted& recv) {
   recv.state->done = true;
 }
 
+std::size_t InMemoryFabric::messages_sent() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return messages_sent_;
+}
+
+std::size_t InMemoryFabric::largest_message_bytes() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return largest_message_bytes_;
+}
+
 void InMemoryFabric::post_send(const Key& key, const Posted& send) {
   std::lock_guard<std::mutex> lock(mutex_);
+  ++messages_sent_;
+  largest_message_bytes_ = std::max(largest_message_bytes_, send.bytes);
   auto it = receives_.find(key);
   if (it == receives_.end()) {
     sends_.emplace(key, send);

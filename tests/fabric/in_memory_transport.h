@@ -4,7 +4,8 @@
 // the payload is copied from the sender's memory at that moment, as libfabric's shm provider
 // does with CMA. So an algorithm that reuses a buffer before its send completes, or that only
 // works when sends complete eagerly, fails here too. Sends and receives must use memory the
-// algorithm exposed or took from scratch, as registration on EFA requires.
+// algorithm exposed or took from scratch, as registration on EFA requires; only sends of at
+// most eager_message_bytes() may use any memory, as shm's injects can.
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -26,8 +27,12 @@ class InMemoryFabric {
   int size() const { return size_; }
   // The largest message the transports accept (small values force the algorithms to split).
   void set_max_message_bytes(std::size_t bytes) { max_message_bytes_ = bytes; }
+  void set_eager_message_bytes(std::size_t bytes) { eager_message_bytes_ = bytes; }
   // The transport of `rank`; call once per rank.
   std::unique_ptr<PeerTransport> transport(int rank);
+  // Messages sent so far, by all ranks, and the largest of them.
+  std::size_t messages_sent();
+  std::size_t largest_message_bytes();
 
  private:
   friend class InMemoryTransport;
@@ -52,6 +57,9 @@ class InMemoryFabric {
   int size_;
   std::chrono::milliseconds timeout_;
   std::size_t max_message_bytes_ = std::size_t{1} << 40;
+  std::size_t eager_message_bytes_ = 0;
+  std::size_t messages_sent_ = 0;
+  std::size_t largest_message_bytes_ = 0;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::multimap<Key, Posted> sends_;

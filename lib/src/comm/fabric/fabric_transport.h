@@ -46,6 +46,9 @@ class FabricTransport final : public PeerTransport {
   Request recv(int peer, std::uint32_t index, void* data, std::size_t bytes) override;
   void wait(Request request) override;
   std::size_t max_message_bytes() const override { return max_message_bytes_; }
+  std::size_t eager_message_bytes() const override {
+    return injects_small_sends_ ? inject_bytes_ : 0;
+  }
 
   std::size_t inject_bytes() const { return inject_bytes_; }
 

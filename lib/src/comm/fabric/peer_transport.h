@@ -35,8 +35,8 @@ class PeerTransport {
   // next call to scratch(); the contents are not preserved across calls.
   virtual void* scratch(std::size_t bytes) = 0;
 
-  // Posts a message; `data` lies in exposed or scratch memory (or bytes == 0). The memory must
-  // not change until the request completes.
+  // Posts a message; `data` lies in exposed or scratch memory (or bytes == 0, or bytes is at
+  // most eager_message_bytes()). The memory must not change until the request completes.
   virtual Request send(int peer, std::uint32_t index, const void* data, std::size_t bytes) = 0;
   // Posts a receive of exactly `bytes`: a message of another length fails the op.
   virtual Request recv(int peer, std::uint32_t index, void* data, std::size_t bytes) = 0;
@@ -46,6 +46,10 @@ class PeerTransport {
 
   // Largest payload of one message.
   virtual std::size_t max_message_bytes() const = 0;
+  // Largest message the provider copies eagerly, with no handshake between the ranks (shm's
+  // inject size); 0 where every message costs the same. A payload a few times this size moves
+  // faster as several eager messages than as one large one.
+  virtual std::size_t eager_message_bytes() const = 0;
 };
 
 }  // namespace ddp::detail::fabric
