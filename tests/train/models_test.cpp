@@ -27,7 +27,9 @@ class FusedPool : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(FusedPool, EqualsMaxPoolThenReluWithoutDropout) {
   torch::manual_seed(3);
-  for (auto shape : {std::vector<int64_t>{4, 3, 8, 10}, std::vector<int64_t>{2, 5, 7, 9}}) {
+  // The last shape is wide enough for the kernels' vector loops in both layouts.
+  for (auto shape : {std::vector<int64_t>{4, 3, 8, 10}, std::vector<int64_t>{2, 5, 7, 9},
+                     std::vector<int64_t>{2, 37, 6, 38}}) {
     at::Tensor base = torch::randn(shape).to(GetParam().dtype).contiguous(GetParam().format);
     at::Tensor a = base.detach().clone(GetParam().format).requires_grad_(true);
     at::Tensor b = base.detach().clone(GetParam().format).requires_grad_(true);
@@ -63,6 +65,19 @@ TEST_P(FusedPool, DropoutKeepsScaledValuesAndRoutesGradients) {
   // bfloat16 rounds the scale 4/3 to 1.3359.
   const double tolerance = GetParam().dtype == at::kBFloat16 ? 3e-3 : 1e-4;
   EXPECT_NEAR(total, kept.sum().item<double>() / (1 - p), tolerance * total);
+}
+
+TEST_P(FusedPool, KeptValuesAreRoundedExactlyAsATenRoundsThem) {
+  torch::manual_seed(11);
+  at::Tensor x = torch::randn({3, 37, 10, 38}).to(GetParam().dtype).contiguous(GetParam().format);
+  const double p = 0.25;
+  at::Tensor y = detail::max_pool2x2_relu_dropout(x, p, /*training=*/true);
+  const float scale = static_cast<float>(1.0 / (1.0 - p));
+  // The composite in the tensor's own dtype, scaled in float and rounded back by ATen.
+  at::Tensor expected = (composite_pool(x).to(at::kFloat) * scale).to(GetParam().dtype);
+  at::Tensor kept = y != 0;
+  ASSERT_GT(kept.sum().item<int64_t>(), 0);
+  EXPECT_TRUE(torch::equal(y.masked_select(kept), expected.masked_select(kept)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, FusedPool,

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -105,6 +107,49 @@ inline float window_max_with_nan(float v0, float v1, float v2, float v3, uint8_t
 }
 
 inline float relu(float v) { return v > 0.0f ? v : 0.0f; }
+
+// The kernels see bfloat16 as its raw bits (uint16_t): GCC vectorises loops over scalars but
+// not over c10::BFloat16 objects. The conversions have no branches for the same reason;
+// float -> bfloat16 gives c10's bits (round to nearest even, every NaN to 0x7FC0).
+template <typename T>
+using Element = std::conditional_t<std::is_same_v<T, float>, float, uint16_t>;
+
+template <typename T>
+Element<T>* elements(const at::Tensor& t) {
+  return reinterpret_cast<Element<T>*>(t.data_ptr<T>());
+}
+
+inline float to_float(float v) { return v; }
+inline float to_float(uint16_t bits) {
+  const uint32_t widened = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &widened, sizeof(f));
+  return f;
+}
+
+// `v` if `keep`, else +0: written with a bit mask, because GCC does not if-convert the select.
+inline float keep_if(bool keep, float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  u &= 0u - static_cast<uint32_t>(keep);
+  std::memcpy(&v, &u, sizeof(v));
+  return v;
+}
+
+template <typename E>
+inline E from_float(float v);
+template <>
+inline float from_float<float>(float v) {
+  return v;
+}
+template <>
+inline uint16_t from_float<uint16_t>(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+  return static_cast<uint16_t>(nan ? 0x7FC0u : rounded);
+}
 inline float relu_with_nan(float v) { return std::isnan(v) ? v : relu(v); }
 
 // One call's shape. Both layouts are handled as "lines": runs of outputs contiguous in memory
@@ -124,15 +169,39 @@ struct Lines {
   int64_t step() const { return kChannelsLast ? 1 : 2; }
   int64_t right() const { return kChannelsLast ? g.C : 1; }
   int64_t below() const { return kChannelsLast ? g.W * g.C : g.W; }
-  // Input offset of line l's first window (its top-left element); its outputs start at
-  // l * length().
-  int64_t input_offset(int64_t l) const {
-    if (kChannelsLast) {
-      const int64_t b = l / (g.OH * g.OW), oy = (l / g.OW) % g.OH, ox = l % g.OW;
-      return ((b * g.H + 2 * oy) * g.W + 2 * ox) * g.C;
+};
+
+// Input offset of each line's first window (its top-left element), line after line; line l's
+// outputs start at l * length(). Counted up rather than derived from l: the divisions that
+// would take cost more than a short line's work.
+template <bool kChannelsLast>
+class LineWalker {
+ public:
+  explicit LineWalker(const PoolGeometry& g) : g_(g) {}
+  int64_t offset() const { return offset_; }
+  void next() {
+    if (kChannelsLast) {  // lines: image, output row, output column
+      if (++column_ < g_.OW) {
+        offset_ += 2 * g_.C;
+        return;
+      }
+      column_ = 0;
+      if (++row_ == g_.OH) row_ = 0, ++plane_;
+      offset_ = (plane_ * g_.H + 2 * row_) * g_.W * g_.C;
+    } else {  // lines: image and channel (a plane), output row
+      if (++row_ < g_.OH) {
+        offset_ += 2 * g_.W;
+        return;
+      }
+      row_ = 0;
+      ++plane_;
+      offset_ = plane_ * g_.H * g_.W;
     }
-    return (l / g.OH) * g.H * g.W + 2 * (l % g.OH) * g.W;
   }
+
+ private:
+  const PoolGeometry& g_;
+  int64_t plane_ = 0, row_ = 0, column_ = 0, offset_ = 0;
 };
 
 template <typename T, bool kChannelsLast>
@@ -142,30 +211,37 @@ void pool_forward(const PoolGeometry& g, const T* __restrict in, T* __restrict o
   const int64_t n = lines.length(), step = lines.step(), right = lines.right(),
                 below = lines.below();
   std::vector<float> multiplier(g.per_image(), 1.0f);
-  for (int64_t l = 0; l < lines.count(); ++l) {
+  LineWalker<kChannelsLast> walker(g);
+  int64_t image = 0, in_image = 0;  // of the line's first output
+  for (int64_t l = 0; l < lines.count(); ++l, walker.next()) {
     const int64_t first = l * n;
-    const int64_t in_image = first % g.per_image();
-    if (mask && in_image == 0)
-      mask->fill(static_cast<uint64_t>(first / g.per_image()), g.per_image(), multiplier.data());
+    if (mask && in_image == 0) {
+      mask->fill(static_cast<uint64_t>(image), g.per_image(), multiplier.data());
+    }
     const float* m = multiplier.data() + in_image;
-    const T* src = in + lines.input_offset(l);
+    in_image += n;
+    if (in_image == g.per_image()) in_image = 0, ++image;
+    const T* src = in + walker.offset();
     T* dst = out + first;
     uint8_t* idx = arg + first;
-    bool has_nan = false;
+    const T* top = src;
+    const T* top_right = src + right;
+    const T* bottom = src + below;
+    const T* bottom_right = src + below + right;
+    int nans = 0;
     for (int64_t i = 0; i < n; ++i) {
-      const T* w = src + i * step;
-      const float v0 = static_cast<float>(w[0]), v1 = static_cast<float>(w[right]),
-                  v2 = static_cast<float>(w[below]), v3 = static_cast<float>(w[below + right]);
-      dst[i] = static_cast<T>(relu(window_max(v0, v1, v2, v3, &idx[i])) * m[i]);
-      has_nan |= (v0 != v0) | (v1 != v1) | (v2 != v2) | (v3 != v3);
+      const float v0 = to_float(top[i * step]), v1 = to_float(top_right[i * step]),
+                  v2 = to_float(bottom[i * step]), v3 = to_float(bottom_right[i * step]);
+      dst[i] = from_float<T>(relu(window_max(v0, v1, v2, v3, &idx[i])) * m[i]);
+      nans += (v0 != v0) + (v1 != v1) + (v2 != v2) + (v3 != v3);
     }
-    if (__builtin_expect(has_nan, 0)) {
+    if (__builtin_expect(nans != 0, 0)) {
       for (int64_t i = 0; i < n; ++i) {
         const T* w = src + i * step;
-        const float best = window_max_with_nan(
-            static_cast<float>(w[0]), static_cast<float>(w[right]), static_cast<float>(w[below]),
-            static_cast<float>(w[below + right]), &idx[i]);
-        dst[i] = static_cast<T>(relu_with_nan(best) * m[i]);
+        const float best =
+            window_max_with_nan(to_float(w[0]), to_float(w[right]), to_float(w[below]),
+                                to_float(w[below + right]), &idx[i]);
+        dst[i] = from_float<T>(relu_with_nan(best) * m[i]);
       }
     }
   }
@@ -179,18 +255,19 @@ void pool_backward(const PoolGeometry& g, const T* __restrict grad_out, const T*
   const Lines<kChannelsLast> lines{g};
   const int64_t n = lines.length(), step = lines.step(), right = lines.right(),
                 below = lines.below();
-  for (int64_t l = 0; l < lines.count(); ++l) {
+  LineWalker<kChannelsLast> walker(g);
+  for (int64_t l = 0; l < lines.count(); ++l, walker.next()) {
     const int64_t first = l * n;
-    T* dst = grad_in + lines.input_offset(l);
+    T* dst = grad_in + walker.offset();
     for (int64_t i = 0; i < n; ++i) {
-      const float o = static_cast<float>(out[first + i]);
-      const float value = o != 0.0f ? static_cast<float>(grad_out[first + i]) * scale : 0.0f;
+      const float value =
+          keep_if(to_float(out[first + i]) != 0.0f, to_float(grad_out[first + i]) * scale);
       const int k = arg[first + i];
       T* w = dst + i * step;
-      w[0] = static_cast<T>(k == 0 ? value : 0.0f);
-      w[right] = static_cast<T>(k == 1 ? value : 0.0f);
-      w[below] = static_cast<T>(k == 2 ? value : 0.0f);
-      w[below + right] = static_cast<T>(k == 3 ? value : 0.0f);
+      w[0] = from_float<T>(keep_if(k == 0, value));
+      w[right] = from_float<T>(keep_if(k == 1, value));
+      w[below] = from_float<T>(keep_if(k == 2, value));
+      w[below + right] = from_float<T>(keep_if(k == 3, value));
     }
   }
 }
@@ -200,9 +277,11 @@ void pool_forward(const at::Tensor& x, at::Tensor& out, at::Tensor& arg, const M
                   bool channels_last) {
   const PoolGeometry g{x.size(0), x.size(1), x.size(2), x.size(3), out.size(2), out.size(3)};
   if (channels_last) {
-    pool_forward<T, true>(g, x.data_ptr<T>(), out.data_ptr<T>(), arg.data_ptr<uint8_t>(), mask);
+    pool_forward<Element<T>, true>(g, elements<T>(x), elements<T>(out), arg.data_ptr<uint8_t>(),
+                                   mask);
   } else {
-    pool_forward<T, false>(g, x.data_ptr<T>(), out.data_ptr<T>(), arg.data_ptr<uint8_t>(), mask);
+    pool_forward<Element<T>, false>(g, elements<T>(x), elements<T>(out), arg.data_ptr<uint8_t>(),
+                                    mask);
   }
 }
 
@@ -214,11 +293,11 @@ void pool_backward(const at::Tensor& grad_out, const at::Tensor& out, const at::
   // Odd trailing rows/columns are outside every window.
   if (g.H != 2 * g.OH || g.W != 2 * g.OW) grad_in.zero_();
   if (channels_last) {
-    pool_backward<T, true>(g, grad_out.data_ptr<T>(), out.data_ptr<T>(), arg.data_ptr<uint8_t>(),
-                           grad_in.data_ptr<T>(), scale);
+    pool_backward<Element<T>, true>(g, elements<T>(grad_out), elements<T>(out),
+                                    arg.data_ptr<uint8_t>(), elements<T>(grad_in), scale);
   } else {
-    pool_backward<T, false>(g, grad_out.data_ptr<T>(), out.data_ptr<T>(), arg.data_ptr<uint8_t>(),
-                            grad_in.data_ptr<T>(), scale);
+    pool_backward<Element<T>, false>(g, elements<T>(grad_out), elements<T>(out),
+                                     arg.data_ptr<uint8_t>(), elements<T>(grad_in), scale);
   }
 }
 
@@ -280,8 +359,7 @@ void relu_dropout_forward(const T* __restrict x, T* __restrict out, int64_t rows
   for (int64_t r = 0; r < rows; ++r) {
     if (mask) mask->fill(static_cast<uint64_t>(r), cols, multiplier.data());
     for (int64_t i = 0; i < cols; ++i) {
-      out[r * cols + i] =
-          static_cast<T>(relu_with_nan(static_cast<float>(x[r * cols + i])) * multiplier[i]);
+      out[r * cols + i] = from_float<T>(relu_with_nan(to_float(x[r * cols + i])) * multiplier[i]);
     }
   }
 }
@@ -289,8 +367,7 @@ void relu_dropout_forward(const T* __restrict x, T* __restrict out, int64_t rows
 template <typename T>
 void relu_dropout_backward(const T* grad_out, const T* out, T* grad_in, int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) {
-    grad_in[i] = static_cast<T>(
-        static_cast<float>(out[i]) != 0.0f ? static_cast<float>(grad_out[i]) * scale : 0.0f);
+    grad_in[i] = from_float<T>(to_float(out[i]) != 0.0f ? to_float(grad_out[i]) * scale : 0.0f);
   }
 }
 
@@ -307,7 +384,7 @@ struct ReluDropout : torch::autograd::Function<ReluDropout> {
       relu_dropout_forward(x.data_ptr<float>(), out.data_ptr<float>(), rows, cols,
                            drop ? &mask : nullptr);
     } else {
-      relu_dropout_forward(x.data_ptr<c10::BFloat16>(), out.data_ptr<c10::BFloat16>(), rows, cols,
+      relu_dropout_forward(elements<c10::BFloat16>(x), elements<c10::BFloat16>(out), rows, cols,
                            drop ? &mask : nullptr);
     }
     ctx->save_for_backward({out});
@@ -324,8 +401,8 @@ struct ReluDropout : torch::autograd::Function<ReluDropout> {
       relu_dropout_backward(grad_out.data_ptr<float>(), out.data_ptr<float>(),
                             grad_in.data_ptr<float>(), out.numel(), scale);
     } else {
-      relu_dropout_backward(grad_out.data_ptr<c10::BFloat16>(), out.data_ptr<c10::BFloat16>(),
-                            grad_in.data_ptr<c10::BFloat16>(), out.numel(), scale);
+      relu_dropout_backward(elements<c10::BFloat16>(grad_out), elements<c10::BFloat16>(out),
+                            elements<c10::BFloat16>(grad_in), out.numel(), scale);
     }
     return {grad_in, at::Tensor(), at::Tensor()};
   }
