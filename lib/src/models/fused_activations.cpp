@@ -45,20 +45,17 @@ struct MaskStream {
   uint32_t threshold = 0;  // keep when the 16-bit draw >= threshold
   float scale = 1.0f;      // 1 / (1 - p)
 
-  // multiplier[i] = scale if element i of `block` is kept, else 0.
+  // multiplier[i] = scale if element i of `block` is kept, else 0. Two passes: the draws (64-bit
+  // arithmetic, scalar) and then the comparisons, which vectorise.
   void fill(uint64_t block, int64_t n, float* multiplier) const {
     const uint64_t base = splitmix64(seed ^ (block * 0xD1B54A32D192ED03ull));
-    const int64_t whole = n / 4;
-    for (int64_t j = 0; j < whole; ++j) {
-      const uint64_t r = splitmix64(base + static_cast<uint64_t>(j));
-      for (int k = 0; k < 4; ++k) {
-        multiplier[4 * j + k] = scale * static_cast<float>(((r >> (16 * k)) & 0xFFFF) >= threshold);
-      }
+    std::vector<uint16_t> uniforms(static_cast<std::size_t>((n + 3) / 4 * 4));
+    for (std::size_t j = 0; j < uniforms.size() / 4; ++j) {
+      const uint64_t r = splitmix64(base + j);
+      for (int k = 0; k < 4; ++k) uniforms[4 * j + k] = static_cast<uint16_t>(r >> (16 * k));
     }
-    const uint64_t r = splitmix64(base + static_cast<uint64_t>(whole));
-    for (int64_t i = 4 * whole; i < n; ++i) {
-      multiplier[i] =
-          scale * static_cast<float>(((r >> (16 * (i - 4 * whole))) & 0xFFFF) >= threshold);
+    for (int64_t i = 0; i < n; ++i) {
+      multiplier[i] = uniforms[i] >= threshold ? scale : 0.0f;
     }
   }
 };
