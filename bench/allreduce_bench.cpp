@@ -21,8 +21,8 @@
 #include <benchmark/benchmark.h>
 
 #include "allreduce_variants.h"
-#include "fabric_variants.h"
 #include "ddp/comm/factory.h"
+#include "fabric_variants.h"
 #include "placement_probe.h"
 
 namespace ddp::bench {
@@ -123,6 +123,12 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--ranks=", 8) == 0) {
       world = std::max(2, std::atoi(argv[i] + 8));
+    } else if (std::strstr(argv[i], "random_interleaving")) {
+      // Each rank would shuffle its own order, and the ranks' collectives would not match.
+      std::fprintf(stderr,
+                   "allreduce_bench: --benchmark_enable_random_interleaving would give each rank "
+                   "its own order and deadlock; the variants are already interleaved by size\n");
+      return 2;
     } else {
       args.push_back(argv[i]);
     }
