@@ -387,6 +387,34 @@ TEST_P(Conformance, AbsentPeerTimesOut) {
       options, 30s);
 }
 
+// A peer that exits as soon as the group has formed (its data turned out to be corrupt, say):
+// the others fail with CommError whether they are still constructing their communicator or
+// already in their first collective. Launchers treat CommError exits as consequences and look
+// for the real cause; an unwrapped backend exception would be taken for the cause itself.
+TEST_P(Conformance, PeerLeavingRightAfterJoiningIsACommError) {
+  if (world() == 1) GTEST_SKIP() << "a single rank has no peer to lose";
+  CommOptions options;
+  options.timeout = 5s;
+  const int leaver = world() - 1;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::string prefix = server().next_group_prefix();
+    auto outcomes = testing::run_ranks(world(), 30s, [&](int rank) {
+      auto store = server().connect_client(prefix);
+      try {
+        auto comm = create_communicator(backend(), store, rank, world(), options);
+        if (rank == leaver) _exit(0);  // leaves without a word
+        std::vector<float> data(1000, 1.0f);
+        comm->allreduce(data, ReduceOp::kSum);
+      } catch (const CommError&) {
+        return;
+      }
+      require(false, "the allreduce succeeded without the peer that left");
+    });
+    // Any other exception fails its rank with the exception's text.
+    EXPECT_TRUE(testing::all_ranks_succeeded(outcomes)) << "attempt " << attempt;
+  }
+}
+
 std::vector<Param> all_params() {
   std::vector<Param> params;
   for (const auto& backend : available_backends()) {

@@ -86,7 +86,15 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
                         "(DDP_SOCKET_IFNAME) reaches the others");
   }
   const std::size_t peers = std::max(size - 1, 1);
-  exchange_ = std::make_unique<GlooDirectExchange>(context_, kDirectExchangeBudget / peers);
+  try {
+    // Posts the first receives: a peer that already failed and closed its connection shows
+    // here, and must be reported as a communication error like any later one.
+    exchange_ = std::make_unique<GlooDirectExchange>(context_, kDirectExchangeBudget / peers);
+  } catch (const gloo::Exception& e) {
+    throw CommError("connect", rank, -1,
+                    first_line(e.what()) +
+                        "; a peer exited while the group was forming, see the other ranks' logs");
+  }
   log::debug("gloo: connected {} ranks, allreduce algorithm {}", size,
              to_string(forced_algorithm_));
 }
