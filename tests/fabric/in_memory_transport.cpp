@@ -132,11 +132,6 @@ void InMemoryFabric::match(const Posted& send, const Posted& recv) {
   recv.state->done = true;
 }
 
-std::size_t InMemoryFabric::messages_sent() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return messages_sent_;
-}
-
 std::size_t InMemoryFabric::largest_message_bytes() {
   std::lock_guard<std::mutex> lock(mutex_);
   return largest_message_bytes_;
@@ -144,7 +139,6 @@ std::size_t InMemoryFabric::largest_message_bytes() {
 
 void InMemoryFabric::post_send(const Key& key, const Posted& send) {
   std::lock_guard<std::mutex> lock(mutex_);
-  ++messages_sent_;
   largest_message_bytes_ = std::max(largest_message_bytes_, send.bytes);
   auto it = receives_.find(key);
   if (it == receives_.end()) {

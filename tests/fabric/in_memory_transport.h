@@ -30,8 +30,7 @@ class InMemoryFabric {
   void set_eager_message_bytes(std::size_t bytes) { eager_message_bytes_ = bytes; }
   // The transport of `rank`; call once per rank.
   std::unique_ptr<PeerTransport> transport(int rank);
-  // Messages sent so far, by all ranks, and the largest of them.
-  std::size_t messages_sent();
+  // The largest message any rank has sent so far.
   std::size_t largest_message_bytes();
 
  private:
@@ -58,7 +57,6 @@ class InMemoryFabric {
   std::chrono::milliseconds timeout_;
   std::size_t max_message_bytes_ = std::size_t{1} << 40;
   std::size_t eager_message_bytes_ = 0;
-  std::size_t messages_sent_ = 0;
   std::size_t largest_message_bytes_ = 0;
   std::mutex mutex_;
   std::condition_variable changed_;

@@ -47,9 +47,9 @@ struct MaskStream {
 
   // multiplier[i] = scale if element i of `block` is kept, else 0. Two passes: the draws (64-bit
   // arithmetic, scalar) and then the comparisons, which vectorise.
-  void fill(uint64_t block, int64_t n, float* multiplier) const {
+  void fill(uint64_t block, int64_t n, float* multiplier) {
     const uint64_t base = splitmix64(seed ^ (block * 0xD1B54A32D192ED03ull));
-    std::vector<uint16_t> uniforms(static_cast<std::size_t>((n + 3) / 4 * 4));
+    uniforms.resize(static_cast<std::size_t>((n + 3) / 4 * 4));
     for (std::size_t j = 0; j < uniforms.size() / 4; ++j) {
       const uint64_t r = splitmix64(base + j);
       for (int k = 0; k < 4; ++k) uniforms[4 * j + k] = static_cast<uint16_t>(r >> (16 * k));
@@ -58,6 +58,9 @@ struct MaskStream {
       multiplier[i] = uniforms[i] >= threshold ? scale : 0.0f;
     }
   }
+
+ private:
+  std::vector<uint16_t> uniforms;  // the draws of the current block, reused across blocks
 };
 
 MaskStream make_mask(double p) {
@@ -104,6 +107,7 @@ inline float window_max_with_nan(float v0, float v1, float v2, float v3, uint8_t
 }
 
 inline float relu(float v) { return v > 0.0f ? v : 0.0f; }
+inline float relu_with_nan(float v) { return std::isnan(v) ? v : relu(v); }
 
 // The kernels see bfloat16 as its raw bits (uint16_t): GCC vectorises loops over scalars but
 // not over c10::BFloat16 objects. The conversions have no branches for the same reason;
@@ -133,6 +137,12 @@ inline float keep_if(bool keep, float v) {
   return v;
 }
 
+// The gradient that reaches an input of ReLU + dropout: scaled where the output survived (is
+// non-zero), +0 elsewhere.
+inline float kept_gradient(float out, float grad, float scale) {
+  return keep_if(out != 0.0f, grad * scale);
+}
+
 template <typename E>
 inline E from_float(float v);
 template <>
@@ -147,7 +157,6 @@ inline uint16_t from_float<uint16_t>(float v) {
   const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
   return static_cast<uint16_t>(nan ? 0x7FC0u : rounded);
 }
-inline float relu_with_nan(float v) { return std::isnan(v) ? v : relu(v); }
 
 // One call's shape. Both layouts are handled as "lines": runs of outputs contiguous in memory
 // whose windows are evenly spaced in the input. NCHW: a line is an output row, windows 2 apart,
@@ -203,7 +212,7 @@ class LineWalker {
 
 template <typename T, bool kChannelsLast>
 void pool_forward(const PoolGeometry& g, const T* __restrict in, T* __restrict out,
-                  uint8_t* __restrict arg, const MaskStream* mask) {
+                  uint8_t* __restrict arg, MaskStream* mask) {
   const Lines<kChannelsLast> lines{g};
   const int64_t n = lines.length(), step = lines.step(), right = lines.right(),
                 below = lines.below();
@@ -258,7 +267,7 @@ void pool_backward(const PoolGeometry& g, const T* __restrict grad_out, const T*
     T* dst = grad_in + walker.offset();
     for (int64_t i = 0; i < n; ++i) {
       const float value =
-          keep_if(to_float(out[first + i]) != 0.0f, to_float(grad_out[first + i]) * scale);
+          kept_gradient(to_float(out[first + i]), to_float(grad_out[first + i]), scale);
       const int k = arg[first + i];
       T* w = dst + i * step;
       w[0] = from_float<T>(keep_if(k == 0, value));
@@ -270,7 +279,7 @@ void pool_backward(const PoolGeometry& g, const T* __restrict grad_out, const T*
 }
 
 template <typename T>
-void pool_forward(const at::Tensor& x, at::Tensor& out, at::Tensor& arg, const MaskStream* mask,
+void pool_forward(const at::Tensor& x, at::Tensor& out, at::Tensor& arg, MaskStream* mask,
                   bool channels_last) {
   const PoolGeometry g{x.size(0), x.size(1), x.size(2), x.size(3), out.size(2), out.size(3)};
   if (channels_last) {
@@ -351,7 +360,7 @@ struct PoolReluDropout : torch::autograd::Function<PoolReluDropout> {
 
 template <typename T>
 void relu_dropout_forward(const T* __restrict x, T* __restrict out, int64_t rows, int64_t cols,
-                          const MaskStream* mask) {
+                          MaskStream* mask) {
   std::vector<float> multiplier(cols, 1.0f);
   for (int64_t r = 0; r < rows; ++r) {
     if (mask) mask->fill(static_cast<uint64_t>(r), cols, multiplier.data());
@@ -364,7 +373,7 @@ void relu_dropout_forward(const T* __restrict x, T* __restrict out, int64_t rows
 template <typename T>
 void relu_dropout_backward(const T* grad_out, const T* out, T* grad_in, int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) {
-    grad_in[i] = from_float<T>(to_float(out[i]) != 0.0f ? to_float(grad_out[i]) * scale : 0.0f);
+    grad_in[i] = from_float<T>(kept_gradient(to_float(out[i]), to_float(grad_out[i]), scale));
   }
 }
 
