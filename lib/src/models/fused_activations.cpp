@@ -36,6 +36,15 @@ uint64_t next_seed() {
   return at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
 }
 
+// `v` if `keep`, else +0: written with a bit mask, because GCC does not if-convert the select.
+inline float keep_if(bool keep, float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  u &= 0u - static_cast<uint32_t>(keep);
+  std::memcpy(&v, &u, sizeof(v));
+  return v;
+}
+
 // Dropout masks. Block `block` (one image's outputs, or one row of a matrix) draws from a
 // counter-based SplitMix64 stream: draw j is splitmix64(block_seed + j), independent of every
 // other draw, and yields four 16-bit uniforms. The keep probability is 1 - threshold / 65536:
@@ -54,9 +63,12 @@ struct MaskStream {
       const uint64_t r = splitmix64(base + j);
       for (int k = 0; k < 4; ++k) uniforms[4 * j + k] = static_cast<uint16_t>(r >> (16 * k));
     }
-    for (int64_t i = 0; i < n; ++i) {
-      multiplier[i] = uniforms[i] >= threshold ? scale : 0.0f;
-    }
+    // Locals, so that the stores through `multiplier` cannot alias them: with the members
+    // read in the loop it stays scalar and branches on every (unpredictable) draw.
+    const uint32_t keep_from = threshold;
+    const float kept = scale;
+    const uint16_t* draw = uniforms.data();
+    for (int64_t i = 0; i < n; ++i) multiplier[i] = keep_if(draw[i] >= keep_from, kept);
   }
 
  private:
@@ -126,15 +138,6 @@ inline float to_float(uint16_t bits) {
   float f;
   std::memcpy(&f, &widened, sizeof(f));
   return f;
-}
-
-// `v` if `keep`, else +0: written with a bit mask, because GCC does not if-convert the select.
-inline float keep_if(bool keep, float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof(u));
-  u &= 0u - static_cast<uint32_t>(keep);
-  std::memcpy(&v, &u, sizeof(v));
-  return v;
 }
 
 // The gradient that reaches an input of ReLU + dropout: scaled where the output survived (is
