@@ -1,0 +1,56 @@
+#pragma once
+// The loops behind the fused activations (fused_activations.h), on raw memory and without
+// torch, so that they can be compiled once per instruction set and chosen at run time: the
+// library must load on any x86-64 (and other) CPU, yet on the AVX-512 nodes that train, the
+// bfloat16 loops run about twice as fast when the compiler may use AVX-512. Every variant
+// computes the same bits (integer rounding, no contracted multiply-adds).
+#include <cstdint>
+
+namespace ddp::models::detail {
+
+enum class Precision { kFloat32, kBFloat16 };  // bfloat16 elements are their uint16_t bits
+
+// Dropout for one call: element i of block b is kept (and scaled) when the 16-bit draw
+// derived from (seed, b, i) is >= threshold. threshold 0 keeps everything with scale 1.
+struct DropoutMask {
+  uint64_t seed = 0;
+  uint32_t threshold = 0;
+  float scale = 1.0f;  // 1 / (1 - p)
+};
+
+// A 2x2, stride-2 max pool over B images of C x H x W; OH = H / 2, OW = W / 2.
+struct PoolGeometry {
+  int64_t B, C, H, W, OH, OW;
+  int64_t per_image() const { return C * OH * OW; }
+};
+
+struct ActivationKernels {
+  const char* isa;  // "baseline" or "avx512"
+  // out = dropout(relu(max_pool2x2(in))), arg = each window's argmax 0..3. `in` and `out` are
+  // NCHW or both channels-last. `scratch_floats` / `scratch_draws` hold per_image() floats and
+  // per_image() + 3 uint16 draws (unused without a mask).
+  void (*pool_forward)(Precision, bool channels_last, const PoolGeometry&, const void* in,
+                       void* out, uint8_t* arg, const DropoutMask* mask, float* scratch_floats,
+                       uint16_t* scratch_draws);
+  // grad_in = grad_out * scale routed to each window's argmax where out != 0; zero elsewhere
+  // inside the windows (odd trailing rows/columns are left to the caller).
+  void (*pool_backward)(Precision, bool channels_last, const PoolGeometry&, const void* grad_out,
+                        const void* out, const uint8_t* arg, void* grad_in, float scale);
+  // out = dropout(relu(x)) over rows x cols, one mask block per row; scratch as above for cols.
+  void (*relu_dropout_forward)(Precision, const void* x, void* out, int64_t rows, int64_t cols,
+                               const DropoutMask* mask, float* scratch_floats,
+                               uint16_t* scratch_draws);
+  void (*relu_dropout_backward)(Precision, const void* grad_out, const void* out, void* grad_in,
+                                int64_t n, float scale);
+};
+
+// The variant the kernels use, chosen once: DDP_KERNEL_ISA's, else the fastest this CPU runs.
+const ActivationKernels& activation_kernels();
+
+// The variant named `wanted` (nullptr: the fastest here); ConfigError if it is unavailable.
+const ActivationKernels& select_activation_kernels(const char* wanted);
+
+// A named variant ("baseline", "avx512"), or nullptr when this build or CPU lacks it.
+const ActivationKernels* activation_kernels_for(const char* isa);
+
+}  // namespace ddp::models::detail

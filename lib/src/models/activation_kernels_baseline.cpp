@@ -1,0 +1,8 @@
+// The fused activation loops for any CPU the library is built for.
+#include "models/activation_kernel_loops.h"
+
+namespace ddp::models::detail {
+
+extern const ActivationKernels kBaselineActivationKernels = make_kernel_table("baseline");
+
+}  // namespace ddp::models::detail

@@ -1,0 +1,168 @@
+// The fused activation loops' instruction-set variants: each must compute exactly the bits of
+// the portable baseline, on awkward shapes (no multiple of any vector width), with ties, NaN
+// and dropout, so that a node's CPU never changes what training computes.
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ddp/error.h"
+#include "models/activation_kernels.h"
+
+namespace ddp::models::detail {
+namespace {
+
+struct Case {
+  Precision precision;
+  bool channels_last;
+};
+
+std::string name(const ::testing::TestParamInfo<Case>& info) {
+  return std::string(info.param.precision == Precision::kFloat32 ? "fp32" : "bf16") +
+         (info.param.channels_last ? "_channels_last" : "_nchw");
+}
+
+// Random activations in the element type's bytes: small integers (many ties within a window),
+// fractions, and a few NaNs.
+std::vector<uint8_t> activations(Precision precision, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> small(-4, 4);
+  std::normal_distribution<float> normal;
+  std::vector<uint8_t> bytes(static_cast<std::size_t>(n) * 4);
+  for (int64_t i = 0; i < n; ++i) {
+    float v = (i % 3 == 0) ? static_cast<float>(small(rng)) : normal(rng);
+    if (i % 97 == 5) v = std::numeric_limits<float>::quiet_NaN();
+    if (precision == Precision::kFloat32) {
+      std::memcpy(bytes.data() + 4 * i, &v, 4);
+    } else {
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      const auto bits = static_cast<uint16_t>(u >> 16);  // any bfloat16 pattern will do
+      std::memcpy(bytes.data() + 2 * i, &bits, 2);
+    }
+  }
+  return bytes;
+}
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << (c.precision == Precision::kFloat32 ? "fp32" : "bf16")
+      << (c.channels_last ? " channels-last" : " NCHW");
+}
+
+class WithAvx512Variant {
+ protected:
+  // Returns false (and the test skips) where there is nothing to compare.
+  bool has_fast_variant() {
+    fast_ = activation_kernels_for("avx512");
+    return fast_ != nullptr;
+  }
+  const ActivationKernels& baseline_ = *activation_kernels_for("baseline");
+  const ActivationKernels* fast_ = nullptr;
+};
+
+constexpr const char* kNoAvx512 =
+    "this build or CPU has no AVX-512 variant (needs x86-64 and AVX-512 F/BW/DQ/VL); only the "
+    "baseline runs here";
+
+class ActivationKernelVariants : public ::testing::TestWithParam<Case>, public WithAvx512Variant {
+ protected:
+  void SetUp() override {
+    if (!has_fast_variant()) GTEST_SKIP() << kNoAvx512;
+  }
+};
+
+class ReluDropoutVariants : public ::testing::TestWithParam<Precision>, public WithAvx512Variant {
+ protected:
+  void SetUp() override {
+    if (!has_fast_variant()) GTEST_SKIP() << kNoAvx512;
+  }
+};
+
+TEST_P(ActivationKernelVariants, PoolGivesTheBaselineBits) {
+  const auto [precision, channels_last] = GetParam();
+  const std::size_t element = precision == Precision::kFloat32 ? 4 : 2;
+  const PoolGeometry g{3, 37, 14, 19, 7, 9};  // odd W: the last column is outside every window
+  const int64_t in_n = g.B * g.C * g.H * g.W, out_n = g.B * g.per_image();
+  const std::vector<uint8_t> in = activations(precision, in_n, 1);
+  const std::vector<uint8_t> grad = activations(precision, out_n, 2);
+  const DropoutMask mask{0x5EEDull, 16384, 4.0f / 3.0f};
+  for (const DropoutMask* m : {static_cast<const DropoutMask*>(nullptr), &mask}) {
+    SCOPED_TRACE(m ? "with dropout" : "without dropout");
+    struct Result {
+      std::vector<uint8_t> out, arg, grad_in;
+    } results[2];
+    const ActivationKernels* variants[2] = {&baseline_, fast_};
+    for (int v = 0; v < 2; ++v) {
+      Result& r = results[v];
+      r.out.assign(out_n * element, 0);
+      r.arg.assign(out_n, 0);
+      r.grad_in.assign(in_n * element, 0);
+      std::vector<float> multipliers(g.per_image());
+      std::vector<uint16_t> draws(g.per_image() + 3);
+      variants[v]->pool_forward(precision, channels_last, g, in.data(), r.out.data(), r.arg.data(),
+                                m, multipliers.data(), draws.data());
+      variants[v]->pool_backward(precision, channels_last, g, grad.data(), r.out.data(),
+                                 r.arg.data(), r.grad_in.data(), m ? m->scale : 1.0f);
+    }
+    EXPECT_EQ(results[0].out, results[1].out);
+    EXPECT_EQ(results[0].arg, results[1].arg);
+    EXPECT_EQ(results[0].grad_in, results[1].grad_in);
+  }
+}
+
+TEST_P(ReluDropoutVariants, GiveTheBaselineBits) {
+  const Precision precision = GetParam();
+  const std::size_t element = precision == Precision::kFloat32 ? 4 : 2;
+  const int64_t rows = 5, cols = 133, n = rows * cols;
+  const std::vector<uint8_t> x = activations(precision, n, 3);
+  const std::vector<uint8_t> grad = activations(precision, n, 4);
+  const DropoutMask mask{0xD20Full, 32768, 2.0f};
+  std::vector<uint8_t> out[2], grad_in[2];
+  const ActivationKernels* variants[2] = {&baseline_, fast_};
+  for (int v = 0; v < 2; ++v) {
+    out[v].assign(n * element, 0);
+    grad_in[v].assign(n * element, 0);
+    std::vector<float> multipliers(cols);
+    std::vector<uint16_t> draws(cols + 3);
+    variants[v]->relu_dropout_forward(precision, x.data(), out[v].data(), rows, cols, &mask,
+                                      multipliers.data(), draws.data());
+    variants[v]->relu_dropout_backward(precision, grad.data(), out[v].data(), grad_in[v].data(), n,
+                                       mask.scale);
+  }
+  EXPECT_EQ(out[0], out[1]);
+  EXPECT_EQ(grad_in[0], grad_in[1]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, ActivationKernelVariants,
+                         ::testing::Values(Case{Precision::kFloat32, false},
+                                           Case{Precision::kFloat32, true},
+                                           Case{Precision::kBFloat16, false},
+                                           Case{Precision::kBFloat16, true}),
+                         name);
+INSTANTIATE_TEST_SUITE_P(Variants, ReluDropoutVariants,
+                         ::testing::Values(Precision::kFloat32, Precision::kBFloat16),
+                         [](const ::testing::TestParamInfo<Precision>& info) {
+                           return info.param == Precision::kFloat32 ? "fp32" : "bf16";
+                         });
+
+TEST(ActivationKernelSelection, BaselineIsAlwaysThere) {
+  ASSERT_NE(activation_kernels_for("baseline"), nullptr);
+  EXPECT_STREQ(select_activation_kernels("baseline").isa, "baseline");
+}
+
+TEST(ActivationKernelSelection, UnknownVariantIsAConfigErrorNamingTheVariable) {
+  try {
+    select_activation_kernels("sse9");
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("DDP_KERNEL_ISA=sse9"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ddp::models::detail
