@@ -1,5 +1,6 @@
 // The models: fused activation kernels against ATen's composite ops (values and gradients, both
 // layouts, float32 and bfloat16), output shapes and parameter counts, and that they learn.
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include "ddp/models/classifier.h"
 #include "ddp/models/model_spec.h"
 #include "models/fused_activations.h"
+#include "models/mixed_precision_linear.h"
 
 namespace ddp::models {
 namespace {
@@ -116,6 +118,41 @@ TEST(FusedActivations, PropagatesNaNLikeATen) {
   x[0][0][1][0] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(torch::isnan(detail::max_pool2x2_relu_dropout(x, 0.0, false)).all().item<bool>());
   EXPECT_TRUE(torch::isnan(composite_pool(x)).all().item<bool>());
+}
+
+// Under CPU autocast to bfloat16 (and without it), detail::linear gives torch::linear's output
+// and gradients bit for bit: the same bfloat16 product, only the casts run in other loops.
+void expect_linear_matches_torch(at::ScalarType input_dtype, bool autocast) {
+  SCOPED_TRACE(std::string(c10::toString(input_dtype)) + (autocast ? " under autocast" : ""));
+  torch::manual_seed(5);
+  const at::Tensor x0 = torch::randn({9, 37}).to(input_dtype);
+  const at::Tensor w0 = torch::randn({23, 37}), b0 = torch::randn({23});
+  at::Tensor grad;
+  at::Tensor outputs[2], grads[2][3];
+  for (int ours = 0; ours < 2; ++ours) {
+    at::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true),
+               b = b0.clone().requires_grad_(true);
+    at::autocast::set_cpu_enabled(autocast);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    outputs[ours] = ours ? detail::linear(x, w, b) : F::linear(x, w, b);
+    at::autocast::set_cpu_enabled(false);
+    at::autocast::clear_cache();
+    if (!grad.defined()) grad = torch::randn(outputs[ours].sizes()).to(outputs[ours].dtype());
+    outputs[ours].backward(grad);
+    grads[ours][0] = x.grad(), grads[ours][1] = w.grad(), grads[ours][2] = b.grad();
+  }
+  EXPECT_EQ(outputs[0].scalar_type(), outputs[1].scalar_type());
+  EXPECT_TRUE(torch::equal(outputs[0], outputs[1]));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(grads[0][i].scalar_type(), grads[1][i].scalar_type()) << "gradient " << i;
+    EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i])) << "gradient " << i;
+  }
+}
+
+TEST(MixedPrecisionLinear, EqualsTorchLinearBitForBit) {
+  expect_linear_matches_torch(at::kFloat, true);
+  expect_linear_matches_torch(at::kBFloat16, true);
+  expect_linear_matches_torch(at::kFloat, false);
 }
 
 int64_t parameter_count(torch::nn::Module& m) {

@@ -317,9 +317,22 @@ void relu_dropout_backward_entry(Precision precision, const void* grad_out, cons
   }
 }
 
+void to_bfloat16_entry(const float* __restrict in, uint16_t* __restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = from_float<uint16_t>(in[i]);
+}
+
+void to_float32_entry(const uint16_t* __restrict in, float* __restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = to_float(in[i]);
+}
+
 constexpr ActivationKernels make_kernel_table(const char* isa) {
-  return {isa, pool_forward_entry, pool_backward_entry, relu_dropout_forward_entry,
-          relu_dropout_backward_entry};
+  return {isa,
+          pool_forward_entry,
+          pool_backward_entry,
+          relu_dropout_forward_entry,
+          relu_dropout_backward_entry,
+          to_bfloat16_entry,
+          to_float32_entry};
 }
 
 }  // namespace

@@ -42,6 +42,10 @@ struct ActivationKernels {
                                uint16_t* scratch_draws);
   void (*relu_dropout_backward)(Precision, const void* grad_out, const void* out, void* grad_in,
                                 int64_t n, float scale);
+  // The casts around bfloat16 layers: c10's rounding (nearest even, NaN to 0x7FC0), and the
+  // exact widening. ATen's own cast loops run several times slower.
+  void (*to_bfloat16)(const float* in, uint16_t* out, int64_t n);
+  void (*to_float32)(const uint16_t* in, float* out, int64_t n);
 };
 
 // The variant the kernels use, chosen once: DDP_KERNEL_ISA's, else the fastest this CPU runs.

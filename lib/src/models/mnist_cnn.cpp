@@ -4,6 +4,7 @@
 
 #include "ddp/error.h"
 #include "models/fused_activations.h"
+#include "models/mixed_precision_linear.h"
 
 namespace ddp::models {
 
@@ -23,8 +24,9 @@ MnistCnn::MnistCnn(const ModelSpec& spec) : Classifier(spec) {
 at::Tensor MnistCnn::forward(const at::Tensor& images) {
   at::Tensor x = torch::nn::functional::relu(conv1_(images));
   x = detail::max_pool2x2_relu_dropout(conv2_(x), 0.25, is_training());
-  x = detail::relu_dropout(fc1_(x.flatten(1)), 0.5, is_training());
-  return fc2_(x);
+  x = detail::relu_dropout(detail::linear(x.flatten(1), fc1_->weight, fc1_->bias), 0.5,
+                           is_training());
+  return detail::linear(x, fc2_->weight, fc2_->bias);
 }
 
 }  // namespace ddp::models
