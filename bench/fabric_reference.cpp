@@ -1,7 +1,8 @@
-// Reference line: a bare two-rank ring on libfabric's shm provider, written directly on the
-// libfabric API with nothing else in the way: each block in two chunks, the receiver copies a
-// chunk once (CMA) into scratch, adds it in (vectorised by the compiler), and sends it back in
-// the allgather as soon as it is reduced. The backend's goals are stated against this line.
+// Reference lines: a bare two-rank ring written directly on the libfabric API with nothing
+// else in the way, on shm and on tcp;ofi_rxm: each block in two chunks, the receiver takes a
+// chunk into scratch (on shm one CMA copy), adds it in (vectorised by the compiler), and sends
+// it back in the allgather as soon as it is reduced. The backend's goals are stated against
+// these lines.
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -22,19 +23,19 @@ namespace {
 
 void check(int rc, const char* what) {
   if (rc != 0) {
-    throw std::runtime_error(std::string("bare shm ring: ") + what + ": " + fi_strerror(-rc));
+    throw std::runtime_error(std::string("bare ring: ") + what + ": " + fi_strerror(-rc));
   }
 }
 
-class BareShmRing final : public AllreduceVariant {
+class BareRing final : public AllreduceVariant {
  public:
-  BareShmRing(Store& store, int rank) : rank_(rank) {
+  BareRing(Store& store, int rank, const char* provider) : rank_(rank) {
     fi_info* hints = fi_allocinfo();
     hints->caps = FI_TAGGED | FI_MSG;
     hints->mode = FI_CONTEXT;
     hints->ep_attr->type = FI_EP_RDM;
     hints->domain_attr->av_type = FI_AV_TABLE;
-    hints->fabric_attr->prov_name = strdup("shm");
+    hints->fabric_attr->prov_name = strdup(provider);
     check(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info_), "fi_getinfo");
     fi_freeinfo(hints);
     check(fi_fabric(info_->fabric_attr, &fabric_, nullptr), "fi_fabric");
@@ -57,13 +58,13 @@ class BareShmRing final : public AllreduceVariant {
       const std::string peer = store.get("bare_ring/" + std::to_string(r));
       fi_addr_t address;
       if (fi_av_insert(av_, peer.data(), 1, &address, 0, nullptr) != 1) {
-        throw std::runtime_error("bare shm ring: fi_av_insert failed");
+        throw std::runtime_error("bare ring: fi_av_insert failed");
       }
       if (r == 1 - rank) peer_ = address;
     }
   }
 
-  ~BareShmRing() override {
+  ~BareRing() override {
     fi_close(&ep_->fid);
     fi_close(&av_->fid);
     fi_close(&cq_->fid);
@@ -143,7 +144,7 @@ class BareShmRing final : public AllreduceVariant {
     fi_cq_entry entries[8];
     const ssize_t got = fi_cq_read(cq_, entries, 8);
     for (ssize_t i = 0; i < got; ++i) static_cast<Pending*>(entries[i].op_context)->done = true;
-    if (got == -FI_EAVAIL) throw std::runtime_error("bare shm ring: completion error");
+    if (got == -FI_EAVAIL) throw std::runtime_error("bare ring: completion error");
   }
   void wait(Pending& pending) {
     while (!pending.done) progress();
@@ -165,9 +166,9 @@ class BareShmRing final : public AllreduceVariant {
 
 }  // namespace
 
-VariantFactory bare_shm_ring_variant() {
-  return {"fabric_bare_ring_shm", [](std::shared_ptr<Store> store, int rank, int) {
-            return std::unique_ptr<AllreduceVariant>(new BareShmRing(*store, rank));
+VariantFactory bare_ring_variant(const std::string& name, const char* provider) {
+  return {name, [provider](std::shared_ptr<Store> store, int rank, int) {
+            return std::unique_ptr<AllreduceVariant>(new BareRing(*store, rank, provider));
           }};
 }
 

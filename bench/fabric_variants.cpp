@@ -14,7 +14,10 @@ std::vector<VariantFactory> fabric_variants(int world_size) {
   const auto backends = available_backends();
   if (std::find(backends.begin(), backends.end(), "fabric") == backends.end()) return variants;
 #ifdef DDP_BENCH_WITH_FABRIC
-  if (world_size == 2) variants.push_back(bare_shm_ring_variant());
+  if (world_size == 2) {
+    variants.push_back(bare_ring_variant("fabric_bare_ring_shm", "shm"));
+    variants.push_back(bare_ring_variant("fabric_bare_ring_tcp", "tcp;ofi_rxm"));
+  }
 #endif
   const char* tuning = std::getenv("DDP_BENCH_FABRIC_TUNING");
   if (!tuning || std::string(tuning) != "1") return variants;
