@@ -118,6 +118,11 @@ struct Param {
   int world_size;
 };
 
+// Readable and stable test names in ctest (the default prints the bytes, pointers included).
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << p.backend << ", " << p.world_size << " ranks";
+}
+
 class Conformance : public ::testing::TestWithParam<Param> {
  protected:
   static testing::TestStoreServer& server() {

@@ -15,6 +15,10 @@
 #include "models/activation_kernels.h"
 
 namespace ddp::models::detail {
+
+// Found by argument-dependent lookup, so it lives in Precision's own namespace.
+void PrintTo(Precision p, std::ostream* os) { *os << (p == Precision::kFloat32 ? "fp32" : "bf16"); }
+
 namespace {
 
 struct Case {

@@ -25,6 +25,10 @@ struct Layout {
   at::MemoryFormat format;
 };
 
+void PrintTo(const Layout& l, std::ostream* os) {
+  *os << c10::toString(l.dtype) << ", " << l.format;
+}
+
 class FusedPool : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(FusedPool, EqualsMaxPoolThenReluWithoutDropout) {
