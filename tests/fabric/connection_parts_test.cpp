@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "comm/fabric/address_exchange.h"
 #include "comm/fabric/host_identity.h"
@@ -95,6 +96,31 @@ TEST(PeerLiveness, SeesExitedAndZombieProcesses) {
   ::waitpid(child, nullptr, 0);
   EXPECT_TRUE(process_exited(child));
   EXPECT_EQ(PeerLiveness({std::nullopt, ::getpid()}).first_exited({true, true}), std::nullopt);
+}
+
+// A peer reaped while its /proc/<pid>/stat is being read makes the read fail with ESRCH, which
+// libstdc++'s filebuf turns into an exception. The checks run while a collective fails over a
+// dead peer and must answer instead. The window is narrow, so race many children against a
+// thread that reaps them.
+TEST(PeerLiveness, ChecksNeverThrowWhileThePeerIsReaped) {
+  int throws = 0, exited_answers = 0;
+  for (int i = 0; i < 400; ++i) {
+    const pid_t child = ::fork();
+    if (child == 0) _exit(0);
+    std::thread reaper([child] { ::waitpid(child, nullptr, 0); });
+    for (int k = 0; k < 60; ++k) {
+      try {
+        exited_answers += process_exited(child);
+        (void)process_start_time(child);
+      } catch (const std::exception&) {
+        ++throws;
+      }
+    }
+    reaper.join();
+    EXPECT_TRUE(process_exited(child));
+  }
+  EXPECT_EQ(throws, 0);
+  EXPECT_GT(exited_answers, 0);
 }
 
 TEST(AddressExchange, HexRoundTripsArbitraryBytes) {

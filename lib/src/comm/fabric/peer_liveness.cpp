@@ -2,21 +2,19 @@
 
 #include <cerrno>
 #include <csignal>
-#include <fstream>
-#include <string>
+
+#include "comm/fabric/proc_stat.h"
 
 namespace ddp::detail::fabric {
 
 bool process_exited(pid_t pid) {
   if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  // /proc/<pid>/stat is "pid (comm) S ..."; comm may hold spaces, so read after the last ')'.
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const auto close = text.rfind(')');
-  // No readable /proc: kill() said the process exists, and the next check will see it go.
-  if (close == std::string::npos || close + 2 >= text.size()) return false;
-  const char state = text[close + 2];
-  return state == 'Z' || state == 'X';
+  bool gone = false;
+  const auto stat = read_proc_stat(pid, &gone);
+  // Unreadable for another reason (no /proc): kill() said the process exists, and a later
+  // check will see it go.
+  if (!stat) return gone;
+  return stat->state == 'Z' || stat->state == 'X';
 }
 
 std::optional<int> PeerLiveness::first_exited(const std::vector<bool>& candidates) const {

@@ -5,9 +5,10 @@
 #include <unistd.h>
 
 #include <climits>
-#include <fstream>
 #include <sstream>
 #include <vector>
+
+#include "comm/fabric/proc_stat.h"
 
 namespace ddp::detail::fabric {
 namespace {
@@ -29,18 +30,9 @@ std::string own_pid_namespace() {
 }  // namespace
 
 std::optional<unsigned long long> process_start_time(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  // The command name (field 2) may contain spaces; the fields after it are plain.
-  const auto close = text.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream fields(text.substr(close + 2));
-  std::string field;
-  // After ')' come field 3 (state) ... field 22 (starttime): skip 19, read the 20th.
-  for (int i = 0; i < 19; ++i) fields >> field;
-  unsigned long long start = 0;
-  if (!(fields >> start)) return std::nullopt;
-  return start;
+  const auto stat = read_proc_stat(pid);
+  if (!stat) return std::nullopt;
+  return stat->start_time;
 }
 
 std::string shm_region_name(int serial) {
