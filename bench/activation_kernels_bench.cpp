@@ -19,6 +19,7 @@ namespace ddp::models::detail {
 namespace {
 
 constexpr PoolGeometry kPool{64, 64, 24, 24, 12, 12};
+constexpr int64_t kPoolPerImage = kPool.C * kPool.OH * kPool.OW;
 constexpr int64_t kFc1Weights = 128 * 9216;
 
 std::vector<uint8_t> random_bytes(std::size_t n, uint32_t seed) {
@@ -35,14 +36,14 @@ std::vector<uint8_t> random_bytes(std::size_t n, uint32_t seed) {
 struct PoolBuffers {
   explicit PoolBuffers(Precision precision) {
     const std::size_t element = precision == Precision::kFloat32 ? 4 : 2;
-    const int64_t in_n = kPool.B * kPool.C * kPool.H * kPool.W, out_n = kPool.B * kPool.per_image();
+    const int64_t in_n = kPool.B * kPool.C * kPool.H * kPool.W, out_n = kPool.B * kPoolPerImage;
     in = random_bytes(in_n * element, 1);
     grad_out = random_bytes(out_n * element, 2);
     out.resize(out_n * element);
     grad_in.resize(in_n * element);
     arg.resize(out_n);
-    multipliers.resize(kPool.per_image());
-    draws.resize(kPool.per_image() + 3);
+    multipliers.resize(kPoolPerImage);
+    draws.resize(kPoolPerImage + 3);
   }
   std::vector<uint8_t> in, grad_out, out, grad_in, arg;
   std::vector<float> multipliers;

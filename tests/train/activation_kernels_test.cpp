@@ -3,12 +3,14 @@
 // and dropout, so that a node's CPU never changes what training computes.
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <c10/util/BFloat16.h>
 #include <gtest/gtest.h>
 
 #include "ddp/error.h"
@@ -90,32 +92,38 @@ class ReluDropoutVariants : public ::testing::TestWithParam<Precision>, public W
 TEST_P(ActivationKernelVariants, PoolGivesTheBaselineBits) {
   const auto [precision, channels_last] = GetParam();
   const std::size_t element = precision == Precision::kFloat32 ? 4 : 2;
-  const PoolGeometry g{3, 37, 14, 19, 7, 9};  // odd W: the last column is outside every window
-  const int64_t in_n = g.B * g.C * g.H * g.W, out_n = g.B * g.per_image();
-  const std::vector<uint8_t> in = activations(precision, in_n, 1);
-  const std::vector<uint8_t> grad = activations(precision, out_n, 2);
-  const DropoutMask mask{0x5EEDull, 16384, 4.0f / 3.0f};
-  for (const DropoutMask* m : {static_cast<const DropoutMask*>(nullptr), &mask}) {
-    SCOPED_TRACE(m ? "with dropout" : "without dropout");
-    struct Result {
-      std::vector<uint8_t> out, arg, grad_in;
-    } results[2];
-    const ActivationKernels* variants[2] = {&baseline_, fast_};
-    for (int v = 0; v < 2; ++v) {
-      Result& r = results[v];
-      r.out.assign(out_n * element, 0);
-      r.arg.assign(out_n, 0);
-      r.grad_in.assign(in_n * element, 0);
-      std::vector<float> multipliers(g.per_image());
-      std::vector<uint16_t> draws(g.per_image() + 3);
-      variants[v]->pool_forward(precision, channels_last, g, in.data(), r.out.data(), r.arg.data(),
-                                m, multipliers.data(), draws.data());
-      variants[v]->pool_backward(precision, channels_last, g, grad.data(), r.out.data(),
-                                 r.arg.data(), r.grad_in.data(), m ? m->scale : 1.0f);
+  // Odd W (the last column is outside every window), short lines in both layouts, and lines
+  // long enough for the vector loops (41 outputs per NCHW row, 37 channels per pixel).
+  for (const PoolGeometry& g :
+       {PoolGeometry{3, 37, 14, 19, 7, 9}, PoolGeometry{2, 37, 6, 83, 3, 41}}) {
+    SCOPED_TRACE("W = " + std::to_string(g.W));
+    const int64_t per_image = g.C * g.OH * g.OW;
+    const int64_t in_n = g.B * g.C * g.H * g.W, out_n = g.B * per_image;
+    const std::vector<uint8_t> in = activations(precision, in_n, 1);
+    const std::vector<uint8_t> grad = activations(precision, out_n, 2);
+    const DropoutMask mask{0x5EEDull, 16384, 4.0f / 3.0f};
+    for (const DropoutMask* m : {static_cast<const DropoutMask*>(nullptr), &mask}) {
+      SCOPED_TRACE(m ? "with dropout" : "without dropout");
+      struct Result {
+        std::vector<uint8_t> out, arg, grad_in;
+      } results[2];
+      const ActivationKernels* variants[2] = {&baseline_, fast_};
+      for (int v = 0; v < 2; ++v) {
+        Result& r = results[v];
+        r.out.assign(out_n * element, 0);
+        r.arg.assign(out_n, 0);
+        r.grad_in.assign(in_n * element, 0);
+        std::vector<float> multipliers(per_image);
+        std::vector<uint16_t> draws(per_image + 3);
+        variants[v]->pool_forward(precision, channels_last, g, in.data(), r.out.data(),
+                                  r.arg.data(), m, multipliers.data(), draws.data());
+        variants[v]->pool_backward(precision, channels_last, g, grad.data(), r.out.data(),
+                                   r.arg.data(), r.grad_in.data(), m ? m->scale : 1.0f);
+      }
+      EXPECT_EQ(results[0].out, results[1].out);
+      EXPECT_EQ(results[0].arg, results[1].arg);
+      EXPECT_EQ(results[0].grad_in, results[1].grad_in);
     }
-    EXPECT_EQ(results[0].out, results[1].out);
-    EXPECT_EQ(results[0].arg, results[1].arg);
-    EXPECT_EQ(results[0].grad_in, results[1].grad_in);
   }
 }
 
@@ -126,20 +134,60 @@ TEST_P(ReluDropoutVariants, GiveTheBaselineBits) {
   const std::vector<uint8_t> x = activations(precision, n, 3);
   const std::vector<uint8_t> grad = activations(precision, n, 4);
   const DropoutMask mask{0xD20Full, 32768, 2.0f};
-  std::vector<uint8_t> out[2], grad_in[2];
-  const ActivationKernels* variants[2] = {&baseline_, fast_};
-  for (int v = 0; v < 2; ++v) {
-    out[v].assign(n * element, 0);
-    grad_in[v].assign(n * element, 0);
-    std::vector<float> multipliers(cols);
-    std::vector<uint16_t> draws(cols + 3);
-    variants[v]->relu_dropout_forward(precision, x.data(), out[v].data(), rows, cols, &mask,
-                                      multipliers.data(), draws.data());
-    variants[v]->relu_dropout_backward(precision, grad.data(), out[v].data(), grad_in[v].data(), n,
-                                       mask.scale);
+  for (const DropoutMask* m : {static_cast<const DropoutMask*>(nullptr), &mask}) {
+    SCOPED_TRACE(m ? "with dropout" : "without dropout");
+    std::vector<uint8_t> out[2], grad_in[2];
+    const ActivationKernels* variants[2] = {&baseline_, fast_};
+    for (int v = 0; v < 2; ++v) {
+      out[v].assign(n * element, 0);
+      grad_in[v].assign(n * element, 0);
+      std::vector<float> multipliers(cols);
+      std::vector<uint16_t> draws(cols + 3);
+      variants[v]->relu_dropout_forward(precision, x.data(), out[v].data(), rows, cols, m,
+                                        multipliers.data(), draws.data());
+      variants[v]->relu_dropout_backward(precision, grad.data(), out[v].data(), grad_in[v].data(),
+                                         n, m ? m->scale : 1.0f);
+    }
+    EXPECT_EQ(out[0], out[1]);
+    EXPECT_EQ(grad_in[0], grad_in[1]);
   }
-  EXPECT_EQ(out[0], out[1]);
-  EXPECT_EQ(grad_in[0], grad_in[1]);
+}
+
+// Every variant's casts give c10's bits: float -> bfloat16 rounds to nearest even (ties, the
+// largest finite values rounding to infinity, every NaN to 0x7FC0), bfloat16 -> float widens.
+TEST(ActivationKernelCasts, MatchC10InEveryVariant) {
+  std::vector<float> floats;
+  for (uint32_t high = 0; high <= 0xFFFF; ++high) {
+    for (uint32_t low : {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu}) {
+      const uint32_t bits = high << 16 | low;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      floats.push_back(f);
+    }
+  }
+  std::vector<uint16_t> expected_narrow(floats.size());
+  for (std::size_t i = 0; i < floats.size(); ++i) expected_narrow[i] = c10::BFloat16(floats[i]).x;
+  std::vector<uint16_t> all_patterns(0x10000);
+  std::vector<float> expected_wide(all_patterns.size());
+  for (uint32_t b = 0; b <= 0xFFFF; ++b) {
+    all_patterns[b] = static_cast<uint16_t>(b);
+    expected_wide[b] =
+        static_cast<float>(c10::BFloat16(static_cast<uint16_t>(b), c10::BFloat16::from_bits()));
+  }
+  for (const char* isa : {"baseline", "avx512"}) {
+    const ActivationKernels* k = activation_kernels_for(isa);
+    if (!k) {
+      std::cout << "[ NOTE ] no " << isa << " variant here: " << kNoAvx512 << "\n";
+      continue;
+    }
+    SCOPED_TRACE(isa);
+    std::vector<uint16_t> narrow(floats.size());
+    k->to_bfloat16(floats.data(), narrow.data(), static_cast<int64_t>(floats.size()));
+    EXPECT_EQ(narrow, expected_narrow);
+    std::vector<float> wide(all_patterns.size());
+    k->to_float32(all_patterns.data(), wide.data(), static_cast<int64_t>(wide.size()));
+    EXPECT_EQ(std::memcmp(wide.data(), expected_wide.data(), wide.size() * 4), 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, ActivationKernelVariants,

@@ -126,21 +126,34 @@ TEST(FusedActivations, PropagatesNaNLikeATen) {
 
 // Under CPU autocast to bfloat16 (and without it), detail::linear gives torch::linear's output
 // and gradients bit for bit: the same bfloat16 product, only the casts run in other loops.
-void expect_linear_matches_torch(at::ScalarType input_dtype, bool autocast) {
-  SCOPED_TRACE(std::string(c10::toString(input_dtype)) + (autocast ? " under autocast" : ""));
+struct LinearCase {
+  at::ScalarType input_dtype;
+  bool autocast;
+  bool input_needs_grad;
+  int64_t bias_size;  // 23 (one per output), or 1 (broadcast; ours leaves that to torch)
+  bool takes_fast_path;
+};
+
+void expect_linear_matches_torch(const LinearCase& c) {
+  SCOPED_TRACE(std::string(c10::toString(c.input_dtype)) + (c.autocast ? " autocast" : "") +
+               (c.input_needs_grad ? " x.grad" : "") + " bias " + std::to_string(c.bias_size));
   torch::manual_seed(5);
-  const at::Tensor x0 = torch::randn({9, 37}).to(input_dtype);
-  const at::Tensor w0 = torch::randn({23, 37}), b0 = torch::randn({23});
+  const at::Tensor x0 = torch::randn({9, 37}).to(c.input_dtype);
+  const at::Tensor w0 = torch::randn({23, 37}), b0 = torch::randn({c.bias_size});
   at::Tensor grad;
   at::Tensor outputs[2], grads[2][3];
   for (int ours = 0; ours < 2; ++ours) {
-    at::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true),
-               b = b0.clone().requires_grad_(true);
-    at::autocast::set_cpu_enabled(autocast);
+    at::Tensor x = x0.clone().requires_grad_(c.input_needs_grad),
+               w = w0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
+    at::autocast::set_cpu_enabled(c.autocast);
     at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
     outputs[ours] = ours ? detail::linear(x, w, b) : F::linear(x, w, b);
     at::autocast::set_cpu_enabled(false);
     at::autocast::clear_cache();
+    if (ours) {
+      const bool fast = outputs[ours].grad_fn()->name().find("Bfloat16Linear") != std::string::npos;
+      EXPECT_EQ(fast, c.takes_fast_path) << outputs[ours].grad_fn()->name();
+    }
     if (!grad.defined()) grad = torch::randn(outputs[ours].sizes()).to(outputs[ours].dtype());
     outputs[ours].backward(grad);
     grads[ours][0] = x.grad(), grads[ours][1] = w.grad(), grads[ours][2] = b.grad();
@@ -148,15 +161,19 @@ void expect_linear_matches_torch(at::ScalarType input_dtype, bool autocast) {
   EXPECT_EQ(outputs[0].scalar_type(), outputs[1].scalar_type());
   EXPECT_TRUE(torch::equal(outputs[0], outputs[1]));
   for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(grads[0][i].defined(), grads[1][i].defined()) << "gradient " << i;
+    if (!grads[0][i].defined()) continue;
     EXPECT_EQ(grads[0][i].scalar_type(), grads[1][i].scalar_type()) << "gradient " << i;
     EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i])) << "gradient " << i;
   }
 }
 
 TEST(MixedPrecisionLinear, EqualsTorchLinearBitForBit) {
-  expect_linear_matches_torch(at::kFloat, true);
-  expect_linear_matches_torch(at::kBFloat16, true);
-  expect_linear_matches_torch(at::kFloat, false);
+  expect_linear_matches_torch({at::kFloat, true, true, 23, true});
+  expect_linear_matches_torch({at::kBFloat16, true, true, 23, true});
+  expect_linear_matches_torch({at::kBFloat16, true, false, 23, true});
+  expect_linear_matches_torch({at::kFloat, true, true, 1, false});
+  expect_linear_matches_torch({at::kFloat, false, true, 23, false});
 }
 
 int64_t parameter_count(torch::nn::Module& m) {

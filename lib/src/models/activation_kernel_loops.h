@@ -1,9 +1,10 @@
 #pragma once
 // The fused activation loops, included by exactly one translation unit per instruction set
 // (activation_kernels_<isa>.cpp), which compiles them with its own target flags. Everything is
-// in an anonymous namespace and uses no library templates: an inline function with external
-// linkage, instantiated here with AVX-512 enabled, could be the copy the linker keeps for the
-// whole library and then fault on a CPU without it.
+// in an anonymous namespace and uses no library templates or member functions of shared types:
+// an inline function with external linkage, emitted here with AVX-512 enabled (as unoptimised
+// builds do), could be the copy the linker keeps for the whole library and then fault on a CPU
+// without it. A test checks that the AVX-512 object defines nothing but its table.
 #include <cstdint>
 #include <cstring>
 
@@ -11,6 +12,8 @@
 
 namespace ddp::models::detail {
 namespace {
+
+inline int64_t outputs_per_image(const PoolGeometry& g) { return g.C * g.OH * g.OW; }
 
 inline uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -170,18 +173,18 @@ void pool_forward(const PoolGeometry& g, const T* __restrict in, T* __restrict o
   const int64_t n = lines.length(), step = lines.step(), right = lines.right(),
                 below = lines.below();
   if (!mask) {
-    for (int64_t i = 0; i < g.per_image(); ++i) multiplier[i] = 1.0f;
+    for (int64_t i = 0; i < outputs_per_image(g); ++i) multiplier[i] = 1.0f;
   }
   LineWalker<kChannelsLast> walker(g);
   int64_t image = 0, in_image = 0;  // of the line's first output
   for (int64_t l = 0; l < lines.count(); ++l, walker.next()) {
     const int64_t first = l * n;
     if (mask && in_image == 0) {
-      fill_mask(*mask, static_cast<uint64_t>(image), g.per_image(), multiplier, draws);
+      fill_mask(*mask, static_cast<uint64_t>(image), outputs_per_image(g), multiplier, draws);
     }
     const float* m = multiplier + in_image;
     in_image += n;
-    if (in_image == g.per_image()) in_image = 0, ++image;
+    if (in_image == outputs_per_image(g)) in_image = 0, ++image;
     const T* src = in + walker.offset();
     T* dst = out + first;
     uint8_t* idx = arg + first;

@@ -16,10 +16,18 @@ extern const ActivationKernels kAvx512ActivationKernels;
 namespace {
 
 #if defined(DDP_AVX512_KERNELS)
+// Everything -march=x86-64-v4 lets the compiler use, not only the AVX-512 subsets it happens to.
 bool cpu_has_avx512() {
   __builtin_cpu_init();
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+  return __builtin_cpu_supports("x86-64-v4");
+#else
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx2") &&
+         __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+         __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("movbe");
+#endif
 }
 #endif
 

@@ -18,17 +18,17 @@ struct DropoutMask {
   float scale = 1.0f;  // 1 / (1 - p)
 };
 
-// A 2x2, stride-2 max pool over B images of C x H x W; OH = H / 2, OW = W / 2.
+// A 2x2, stride-2 max pool over B images of C x H x W; OH = H / 2, OW = W / 2. A plain
+// aggregate on purpose: no member function that the AVX-512 unit could emit a shared copy of.
 struct PoolGeometry {
   int64_t B, C, H, W, OH, OW;
-  int64_t per_image() const { return C * OH * OW; }
 };
 
 struct ActivationKernels {
   const char* isa;  // "baseline" or "avx512"
   // out = dropout(relu(max_pool2x2(in))), arg = each window's argmax 0..3. `in` and `out` are
-  // NCHW or both channels-last. `scratch_floats` / `scratch_draws` hold per_image() floats and
-  // per_image() + 3 uint16 draws (unused without a mask).
+  // NCHW or both channels-last. `scratch_floats` / `scratch_draws` hold C * OH * OW floats and
+  // C * OH * OW + 3 uint16 draws (one image's outputs).
   void (*pool_forward)(Precision, bool channels_last, const PoolGeometry&, const void* in,
                        void* out, uint8_t* arg, const DropoutMask* mask, float* scratch_floats,
                        uint16_t* scratch_draws);
@@ -48,7 +48,8 @@ struct ActivationKernels {
   void (*to_float32)(const uint16_t* in, float* out, int64_t n);
 };
 
-// The variant the kernels use, chosen once: DDP_KERNEL_ISA's, else the fastest this CPU runs.
+// The variant the kernels use, chosen on first use: DDP_KERNEL_ISA's, else the fastest this
+// CPU runs. create_model() calls it, so a bad DDP_KERNEL_ISA fails there, before training.
 const ActivationKernels& activation_kernels();
 
 // The variant named `wanted` (nullptr: the fastest here); ConfigError if it is unavailable.

@@ -3,6 +3,6 @@
 
 namespace ddp::models::detail {
 
-extern const ActivationKernels kBaselineActivationKernels = make_kernel_table("baseline");
+extern constexpr ActivationKernels kBaselineActivationKernels = make_kernel_table("baseline");
 
 }  // namespace ddp::models::detail

@@ -70,7 +70,7 @@ struct PoolReluDropout : torch::autograd::Function<PoolReluDropout> {
     at::Tensor arg = at::empty(out.sizes(), options.dtype(at::kByte));
     const PoolGeometry g{x.size(0), x.size(1), x.size(2), x.size(3), out.size(2), out.size(3)};
     const DropoutMask mask = drop ? make_mask(p) : DropoutMask{};
-    MaskScratch scratch(g.per_image());
+    MaskScratch scratch(g.C * g.OH * g.OW);
     activation_kernels().pool_forward(
         precision_of(x), channels_last, g, x.data_ptr(), out.data_ptr(), arg.data_ptr<uint8_t>(),
         drop ? &mask : nullptr, scratch.multipliers.data(), scratch.draws.data());

@@ -20,7 +20,8 @@ bool autocasting_to_bfloat16(const at::Tensor& x, const at::Tensor& weight,
          at::autocast::get_autocast_cpu_dtype() == at::kBFloat16 && x.device().is_cpu() &&
          x.dim() == 2 && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) &&
          weight.device().is_cpu() && weight.scalar_type() == at::kFloat && weight.dim() == 2 &&
-         weight.is_contiguous() && bias.defined() && bias.scalar_type() == at::kFloat;
+         weight.is_contiguous() && bias.defined() && bias.scalar_type() == at::kFloat &&
+         bias.dim() == 1 && bias.size(0) == weight.size(0);
 }
 
 at::Tensor to_bfloat16(const at::Tensor& t) {

@@ -8,6 +8,7 @@
 #include "ddp/models/cifar_cnn.h"
 #include "ddp/models/mnist_cnn.h"
 #include "ddp/models/resnet.h"
+#include "models/activation_kernels.h"
 
 namespace ddp::models {
 
@@ -21,6 +22,7 @@ std::shared_ptr<Classifier> create_model(const ModelSpec& spec, uint64_t seed) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_current_seed(seed);
   }
+  (void)detail::activation_kernels();  // a bad DDP_KERNEL_ISA is a ConfigError here, not mid-step
   if (spec.in_channels < 1 || spec.num_classes < 1) {
     throw ConfigError("model '" + spec.name + "' needs at least one input channel and one class");
   }
