@@ -72,7 +72,8 @@ class WithAvx512Variant {
 };
 
 constexpr const char* kNoAvx512 =
-    "this build or CPU has no AVX-512 variant (needs x86-64 and AVX-512 F/BW/DQ/VL); only the "
+    "this build or CPU has no AVX-512 variant (needs an x86-64 build and an x86-64-v4 CPU); only "
+    "the "
     "baseline runs here";
 
 class ActivationKernelVariants : public ::testing::TestWithParam<Case>, public WithAvx512Variant {

@@ -49,10 +49,11 @@ const ActivationKernels& select_activation_kernels(const char* wanted) {
   }
   const ActivationKernels* named = activation_kernels_for(wanted);
   if (!named) {
-    throw ConfigError(std::string("DDP_KERNEL_ISA=") + wanted +
-                      ": this build or CPU has no such kernel variant; use baseline or avx512 "
-                      "(avx512 needs an x86-64 build and a CPU with AVX-512 F/BW/DQ/VL), or "
-                      "unset it");
+    throw ConfigError(
+        std::string("DDP_KERNEL_ISA=") + wanted +
+        ": this build or CPU has no such kernel variant; use baseline or avx512 "
+        "(avx512 needs an x86-64 build and an x86-64-v4 CPU, i.e. AVX-512 F/BW/CD/DQ/VL), or "
+        "unset it");
   }
   return *named;
 }

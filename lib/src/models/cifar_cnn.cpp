@@ -5,6 +5,7 @@
 
 #include "ddp/error.h"
 #include "models/fused_activations.h"
+#include "models/mixed_precision_linear.h"
 
 namespace ddp::models {
 
@@ -37,8 +38,9 @@ at::Tensor CifarCnn::forward(const at::Tensor& images) {
   x = detail::max_pool2x2_relu_dropout(conv2_(x), 0.25, is_training());
   x = F::relu(conv3_(x));
   x = detail::max_pool2x2_relu_dropout(conv4_(x), 0.25, is_training());
-  x = detail::relu_dropout(fc1_(x.flatten(1)), 0.5, is_training());
-  return fc2_(x);
+  x = detail::relu_dropout(detail::linear(x.flatten(1), fc1_->weight, fc1_->bias), 0.5,
+                           is_training());
+  return detail::linear(x, fc2_->weight, fc2_->bias);
 }
 
 }  // namespace ddp::models

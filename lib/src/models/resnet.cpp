@@ -4,6 +4,7 @@
 #include <torch/nn/init.h>
 
 #include "ddp/error.h"
+#include "models/mixed_precision_linear.h"
 
 namespace ddp::models {
 namespace {
@@ -70,7 +71,7 @@ at::Tensor ResNet::forward(const at::Tensor& images) {
   at::Tensor x = F::relu(stem_bn_(stem_(images)));
   for (auto& block : blocks_) x = block(x);
   x = x.mean({2, 3});  // global average pooling
-  return fc_(x);
+  return detail::linear(x, fc_->weight, fc_->bias);
 }
 
 }  // namespace ddp::models
