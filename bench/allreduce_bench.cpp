@@ -3,7 +3,10 @@
 // at every size before the next size starts, so a change of host placement during the run hits
 // all variants alike. Reports the median per-op time and nccl-tests' algbw/busbw
 // (busbw = algbw * 2(n-1)/n).
-//   allreduce_bench [--ranks=N] [google benchmark flags]
+//   allreduce_bench [--ranks=N] [--interleave=REGEX] [google benchmark flags]
+// --interleave runs only the variants whose names match REGEX, all of them once per iteration
+// in rotating order: the way to compare variants whose differences are smaller than this
+// machine's drift between benchmarks (see register_interleaved).
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -14,7 +17,9 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -72,14 +77,76 @@ int iterations_for(std::size_t bytes) {
   return static_cast<int>(std::clamp<std::size_t>((128u << 20) / bytes, 10, 200));
 }
 
-void run_rank(int rank, int world, std::shared_ptr<Store> store, int argc, char** argv) {
+double median_of(std::vector<double> values) {
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
+
+// One benchmark per size that runs every chosen variant once per iteration, starting with a
+// different one each time: a change of host placement, or a noisy neighbour, in the middle of
+// the size hits all variants alike, so their medians can be compared directly.
+void register_interleaved(const std::vector<VariantFactory>& factories,
+                          const std::vector<std::unique_ptr<AllreduceVariant>>& variants,
+                          float* data) {
+  for (std::size_t bytes : kSizes) {
+    const std::string name = "interleaved/" + std::to_string(bytes >> 10) + "KiB";
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [=, &factories, &variants](benchmark::State& state) {
+          const std::size_t n = variants.size();
+          for (auto& variant : variants) variant->prepare(data, bytes / sizeof(float));
+          std::vector<std::vector<double>> seconds(n);
+          std::size_t round = 0;
+          for (auto _ : state) {
+            for (std::size_t k = 0; k < n; ++k) {
+              const std::size_t i = (round + k) % n;
+              const auto start = Clock::now();
+              variants[i]->run();
+              seconds[i].push_back(std::chrono::duration<double>(Clock::now() - start).count());
+            }
+            ++round;
+          }
+          for (std::size_t i = 0; i < n; ++i) {
+            state.counters[factories[i].name + "_p50_us"] = median_of(seconds[i]) * 1e6;
+          }
+        })
+        ->Iterations(std::max(20, iterations_for(bytes)))
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+}
+
+void run_rank(int rank, int world, std::shared_ptr<Store> store, int argc, char** argv,
+              const std::string& interleave) {
   auto factories = all_variants(world);
+  if (!interleave.empty()) {
+    const std::regex chosen(interleave);
+    factories.erase(
+        std::remove_if(factories.begin(), factories.end(),
+                       [&](const VariantFactory& f) { return !std::regex_search(f.name, chosen); }),
+        factories.end());
+    if (factories.empty()) {
+      if (rank == 0) {
+        std::fprintf(stderr, "allreduce_bench: no variant name matches --interleave=%s\n",
+                     interleave.c_str());
+      }
+      std::exit(2);
+    }
+  }
   std::vector<std::unique_ptr<AllreduceVariant>> variants;
   for (std::size_t i = 0; i < factories.size(); ++i) {
     variants.push_back(
         factories[i].make(store->with_prefix("variant" + std::to_string(i)), rank, world));
   }
   static std::vector<float> data(kSizes[std::size(kSizes) - 1] / sizeof(float), 1.0f);
+  if (!interleave.empty()) {
+    register_interleaved(factories, variants, data.data());
+    benchmark::Initialize(&argc, argv);
+    benchmark::AddCustomContext("ranks", std::to_string(world));
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return;
+  }
   for (std::size_t bytes : kSizes) {
     for (std::size_t i = 0; i < variants.size(); ++i) {
       AllreduceVariant* variant = variants[i].get();
@@ -119,10 +186,13 @@ void run_rank(int rank, int world, std::shared_ptr<Store> store, int argc, char*
 
 int main(int argc, char** argv) {
   int world = 2;
+  std::string interleave;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--ranks=", 8) == 0) {
       world = std::max(2, std::atoi(argv[i] + 8));
+    } else if (std::strncmp(argv[i], "--interleave=", 13) == 0) {
+      interleave = argv[i] + 13;
     } else if (std::strstr(argv[i], "random_interleaving")) {
       // Each rank would shuffle its own order, and the ranks' collectives would not match.
       std::fprintf(stderr,
@@ -146,7 +216,7 @@ int main(int argc, char** argv) {
       if (!freopen("/dev/null", "w", stdout)) _exit(1);
       if (rank == 1) probe.respond();
       auto store = ddp::Store::connect("127.0.0.1", port, std::chrono::minutes(5));
-      ddp::bench::run_rank(rank, world, store, nargs, args.data());
+      ddp::bench::run_rank(rank, world, store, nargs, args.data(), interleave);
       std::fflush(nullptr);
       _exit(0);
     }
@@ -156,7 +226,7 @@ int main(int argc, char** argv) {
   std::printf("inter-core round trip: %.2f us (%s placement)\n", rtt_us,
               rtt_us < 1.8 ? "near" : "far");
   benchmark::AddCustomContext("intercore_rtt_us", std::to_string(rtt_us));
-  ddp::bench::run_rank(0, world, server, nargs, args.data());
+  ddp::bench::run_rank(0, world, server, nargs, args.data(), interleave);
   int failed = 0;
   for (pid_t pid : children) {
     int status = 0;
