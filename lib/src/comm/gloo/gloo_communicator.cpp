@@ -41,6 +41,14 @@ void ignore_sigpipe_unless_handled() {
   }
 }
 
+// out = ((p(0) + p(1)) + p(2)) + ... for the ranks' payloads p (size() >= 2).
+template <typename PayloadOf>
+void reduce_in_rank_order(ReduceFn reduce, void* out, std::size_t count, int size,
+                          PayloadOf&& payload_of) {
+  reduce(out, payload_of(0), payload_of(1), count);
+  for (int peer = 2; peer < size; ++peer) reduce(out, out, payload_of(peer), count);
+}
+
 }  // namespace
 
 GlooAllreduceAlgorithm gloo_algorithm_from_env() {
@@ -147,11 +155,11 @@ GlooAllreduceAlgorithm GlooCommunicator::choose_allreduce_algorithm(std::size_t 
 
 void GlooCommunicator::reduce_exchanged(Buffer out, ReduceOp op) const {
   const ReduceFn reduce = reduce_kernel(out.dtype, op);
-  // Rank order on every rank: all ranks compute bit-identical results.
-  std::memcpy(out.data, exchange_->payload_of(0), out.bytes());
-  for (int peer = 1; peer < size(); ++peer) {
-    reduce(out.data, out.data, exchange_->payload_of(peer), out.count);
-  }
+  // Rank order on every rank, so all ranks compute bit-identical results. The first step
+  // combines ranks 0 and 1 straight into `out`: one pass over the data instead of a copy and
+  // a pass.
+  reduce_in_rank_order(reduce, out.data, out.count, size(),
+                       [&](int peer) { return exchange_->payload_of(peer); });
 }
 
 void GlooCommunicator::do_allreduce(Buffer buffer, ReduceOp op) {
@@ -247,12 +255,9 @@ void GlooCommunicator::do_reduce_scatter(Buffer input, Buffer output, ReduceOp o
       exchange(CollectiveKind::kReduceScatter, output, detail, input.data, input.bytes());
       const ReduceFn reduce = reduce_kernel(output.dtype, op);
       const std::size_t offset = output.bytes() * rank();
-      std::memcpy(output.data, static_cast<const char*>(exchange_->payload_of(0)) + offset,
-                  output.bytes());
-      for (int peer = 1; peer < size(); ++peer) {
-        reduce(output.data, output.data,
-               static_cast<const char*>(exchange_->payload_of(peer)) + offset, output.count);
-      }
+      reduce_in_rank_order(reduce, output.data, output.count, size(), [&](int peer) {
+        return static_cast<const char*>(exchange_->payload_of(peer)) + offset;
+      });
       return;
     }
     // gloo has no unbound-buffer reduce-scatter: reduce a copy of the whole input with the

@@ -48,7 +48,9 @@ char* GlooDirectExchange::slot_of(int half, int peer) const {
 }
 
 const void* GlooDirectExchange::payload_of(int peer) const {
-  return slot_of(last_half_, peer) + sizeof(CollectiveSignature);
+  // This rank's own payload is read where it was staged for sending: no copy into its slot.
+  const char* message = peer == context_->rank ? send_storage_.data() : slot_of(last_half_, peer);
+  return message + sizeof(CollectiveSignature);
 }
 
 void GlooDirectExchange::post_receives(int half, std::uint64_t slot) {
@@ -72,8 +74,6 @@ void GlooDirectExchange::run(const CollectiveSignature& mine, const void* payloa
     std::memcpy(send_storage_.data() + sizeof(header), payload, payload_bytes);
   }
   const int half = current_half_;
-  // Our own slot mirrors what we send, so callers can read every rank's payload uniformly.
-  std::memcpy(slot_of(half, rank), send_storage_.data(), sizeof(header) + payload_bytes);
 
   const auto deadline = Clock::now() + timeout;
   for (int peer = 0; peer < size; ++peer) {

@@ -35,7 +35,7 @@ class GlooDirectExchange {
            std::chrono::milliseconds timeout);
 
   // After run(): the payload rank `peer` sent (this rank's own when peer == rank). Valid
-  // until the next run() returns.
+  // until the next run() starts.
   const void* payload_of(int peer) const;
 
  private:
