@@ -279,14 +279,14 @@ class FabricTransportProcesses : public ::testing::TestWithParam<const char*> {}
 TEST_P(FabricTransportProcesses, MessagesThatArriveBeforeTheirReceivesAreAllMatched) {
   ScopedEnv select("DDP_FABRIC_PROVIDER", GetParam());
   auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
-    auto connection = connect_fabric(*store, rank, 2, 20s, AlgorithmConfig{});
-    PeerTransport& t = *connection.transport;
+    auto connection = connect_fabric(*store, rank, 2, 20s, collectives::AlgorithmConfig{});
+    collectives::PeerTransport& t = *connection.transport;
     constexpr int kMessages = 40;
     auto bytes_of = [](int i) { return i % 5 == 0 ? std::size_t{150000} : std::size_t(4 * i + 4); };
     std::size_t total = 0;
     for (int i = 0; i < kMessages; ++i) total += bytes_of(i);
     auto* data = static_cast<unsigned char*>(t.scratch(total));
-    t.begin_op(OpHeader{
+    t.begin_op(collectives::OpHeader{
         CollectiveSignature::make(CollectiveKind::kAllgather, DataType::kInt32, kMessages, 0, 0),
         0});
     if (rank == 1) {

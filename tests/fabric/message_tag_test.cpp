@@ -1,13 +1,9 @@
-// The tag layout and the op header: tag fields round-trip without bleeding into each other, and
-// headers tell apart the mismatches ranks actually make.
+// The tag layout: tag fields round-trip without bleeding into each other.
 #include "comm/fabric/message_tag.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
-
-#include "comm/fabric/algorithms/algorithm_config.h"
-#include "comm/fabric/op_header.h"
 
 namespace ddp::detail::fabric {
 namespace {
@@ -71,31 +67,6 @@ TEST(MessageTag, LargeAndSmallMessagesOfOneIndexHaveDifferentTags) {
   MessageTag large = small;
   large.large = true;
   EXPECT_NE(encode_tag(small), encode_tag(large));
-}
-
-TEST(OpHeader, AgreementNeedsTheSameCallAndTheSameSettings) {
-  auto header = [](std::uint64_t count, std::uint64_t plan) {
-    return OpHeader{CollectiveSignature::make(CollectiveKind::kAllreduce, DataType::kFloat32, count,
-                                              static_cast<std::uint32_t>(ReduceOp::kSum), 3),
-                    plan};
-  };
-  EXPECT_EQ(op_header_mismatch(header(64, 1), header(64, 1), 2), "");
-  const std::string size = op_header_mismatch(header(64, 1), header(67, 1), 2);
-  EXPECT_NE(size.find("rank 2 issued allreduce(sum, float32 x 67, #3)"), std::string::npos) << size;
-  const std::string plan = op_header_mismatch(header(64, 1), header(64, 2), 2);
-  EXPECT_NE(plan.find("DDP_FABRIC_"), std::string::npos) << plan;
-}
-
-TEST(OpHeader, PlanFingerprintFollowsTheSettingsThatShapeMessages) {
-  AlgorithmConfig a;
-  AlgorithmConfig b = a;
-  b.pipeline_depth = a.pipeline_depth + 3;  // depth does not change any message
-  EXPECT_EQ(a.fingerprint(), b.fingerprint());
-  b.chunk_bytes = a.chunk_bytes * 2;
-  EXPECT_NE(a.fingerprint(), b.fingerprint());
-  AlgorithmConfig c = a;
-  c.allreduce = AllreduceAlgorithm::kRing;
-  EXPECT_NE(a.fingerprint(), c.fingerprint());
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #include "comm/fabric/fabric_communicator.h"
 
-#include "comm/fabric/collectives.h"
+#include "comm/collectives/collectives.h"
 #include "comm/fabric/fabric_connection.h"
 #include "comm/fabric/fabric_transport.h"
 #include "ddp/error.h"
@@ -9,7 +9,7 @@ namespace ddp::detail {
 
 FabricCommunicator::FabricCommunicator(std::shared_ptr<Store> store, int rank, int size,
                                        const CommOptions& options)
-    : Communicator(rank, size, options), config_(fabric::AlgorithmConfig::from_env()) {
+    : Communicator(rank, size, options), config_(collectives::AlgorithmConfig::from_env()) {
   auto connection = fabric::connect_fabric(*store, rank, size, options.timeout, config_);
   provider_ = std::move(connection.provider);
   transport_ = std::move(connection.transport);
@@ -21,21 +21,21 @@ FabricCommunicator::~FabricCommunicator() {
 }
 
 void FabricCommunicator::do_allreduce(Buffer buffer, ReduceOp op) {
-  fabric::allreduce(*transport_, buffer, op, config_);
+  collectives::allreduce(*transport_, buffer, op, config_);
 }
 
 void FabricCommunicator::do_broadcast(Buffer buffer, int root) {
-  fabric::broadcast(*transport_, buffer, root, config_);
+  collectives::broadcast(*transport_, buffer, root, config_);
 }
 
 void FabricCommunicator::do_allgather(Buffer input, Buffer output) {
-  fabric::allgather(*transport_, input, output, config_);
+  collectives::allgather(*transport_, input, output, config_);
 }
 
 void FabricCommunicator::do_reduce_scatter(Buffer input, Buffer output, ReduceOp op) {
-  fabric::reduce_scatter(*transport_, input, output, op, config_);
+  collectives::reduce_scatter(*transport_, input, output, op, config_);
 }
 
-void FabricCommunicator::do_barrier() { fabric::barrier(*transport_); }
+void FabricCommunicator::do_barrier() { collectives::barrier(*transport_); }
 
 }  // namespace ddp::detail

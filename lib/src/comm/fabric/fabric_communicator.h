@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "comm/fabric/algorithms/algorithm_config.h"
+#include "comm/collectives/algorithm_config.h"
 #include "ddp/comm/communicator.h"
 #include "ddp/store.h"
 
@@ -27,7 +27,7 @@ class FabricCommunicator final : public Communicator {
   const char* backend_name() const override { return "fabric"; }
   // The libfabric provider in use, e.g. "shm" or "tcp;ofi_rxm".
   const std::string& provider() const { return provider_; }
-  const fabric::AlgorithmConfig& algorithm_config() const { return config_; }
+  const collectives::AlgorithmConfig& algorithm_config() const { return config_; }
 
  protected:
   void do_allreduce(Buffer buffer, ReduceOp op) override;
@@ -37,7 +37,7 @@ class FabricCommunicator final : public Communicator {
   void do_barrier() override;
 
  private:
-  fabric::AlgorithmConfig config_;
+  collectives::AlgorithmConfig config_;
   std::string provider_;
   std::unique_ptr<fabric::FabricTransport> transport_;
 };

@@ -62,7 +62,7 @@ std::string shm_room(const std::vector<HostIdentity>& hosts, int rank) {
 }
 
 OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, int size,
-                             const AlgorithmConfig& config) {
+                             const collectives::AlgorithmConfig& config) {
   const int host_count = count_hosts(hosts);
   const std::string room = shm_room(hosts, rank);
   const auto choice =
@@ -123,7 +123,7 @@ OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, i
 }  // namespace
 
 FabricConnection connect_fabric(Store& store, int rank, int size, std::chrono::milliseconds timeout,
-                                const AlgorithmConfig& config) {
+                                const collectives::AlgorithmConfig& config) {
   if (size > kMaxRanks) {
     throw ConfigError("the fabric backend supports at most " + std::to_string(kMaxRanks) +
                       " ranks, got " + std::to_string(size));

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "comm/fabric/algorithms/algorithm_config.h"
+#include "comm/collectives/algorithm_config.h"
 
 namespace ddp {
 class Store;
@@ -25,6 +25,6 @@ struct FabricConnection {
 // Throws ConfigError (no usable provider), CommError("connect", ...) naming a peer that failed,
 // StoreError if the store does not answer.
 FabricConnection connect_fabric(Store& store, int rank, int size, std::chrono::milliseconds timeout,
-                                const AlgorithmConfig& config);
+                                const collectives::AlgorithmConfig& config);
 
 }  // namespace ddp::detail::fabric

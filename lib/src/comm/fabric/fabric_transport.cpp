@@ -34,7 +34,7 @@ constexpr auto kStuckCallLimit = std::chrono::milliseconds(1000);
 // the op.
 constexpr auto kExitedPeerDrain = std::chrono::milliseconds(50);
 
-static_assert(std::is_trivially_copyable_v<OpHeader>, "headers travel as raw bytes");
+static_assert(std::is_trivially_copyable_v<collectives::OpHeader>, "headers travel as raw bytes");
 
 // An abort notice: the sender's op sequence number, then why it gave up (text).
 constexpr std::size_t kNoticeSequenceBytes = sizeof(std::uint32_t);
@@ -109,7 +109,7 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
   // Elsewhere one receive that takes a notice from any peer is enough.
   notice_receives_ = is_shm_ ? peers_.size() : 1;
   const std::size_t control_bytes =
-      sizeof(OpHeader) * peers_.size() + kNoticeBytes * notice_receives_;
+      sizeof(collectives::OpHeader) * peers_.size() + kNoticeBytes * notice_receives_;
   control_area_.reset(aligned_bytes(control_bytes));
   std::memset(control_area_.get(), 0, control_bytes);
   control_registration_ = std::make_unique<MemoryRegistration>(*endpoint_, control_area_.get(),
@@ -128,11 +128,11 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
 }
 
 char* FabricTransport::header_buffer(int peer) const {
-  return control_area_.get() + sizeof(OpHeader) * static_cast<std::size_t>(peer);
+  return control_area_.get() + sizeof(collectives::OpHeader) * static_cast<std::size_t>(peer);
 }
 
 char* FabricTransport::notice_buffer(std::size_t index) const {
-  return control_area_.get() + sizeof(OpHeader) * peers_.size() + kNoticeBytes * index;
+  return control_area_.get() + sizeof(collectives::OpHeader) * peers_.size() + kNoticeBytes * index;
 }
 
 FabricTransport::~FabricTransport() {
@@ -224,8 +224,9 @@ void FabricTransport::post_control_receive(Slot& s) {
   }
 }
 
-PeerTransport::Request FabricTransport::acquire(SlotKind kind, int peer, std::uint32_t index,
-                                                std::size_t bytes) {
+collectives::PeerTransport::Request FabricTransport::acquire(SlotKind kind, int peer,
+                                                             std::uint32_t index,
+                                                             std::size_t bytes) {
   Request request;
   if (free_slots_.empty()) {
     request = static_cast<Request>(slots_.size());
@@ -262,7 +263,7 @@ void FabricTransport::require_usable() const {
   }
 }
 
-void FabricTransport::begin_op(OpHeader header) {
+void FabricTransport::begin_op(collectives::OpHeader header) {
   header_ = header;
   require_usable();
   if (!pending_abort_.empty()) fail(pending_abort_peer_, pending_abort_);
@@ -398,7 +399,7 @@ std::uint64_t FabricTransport::op_tag(int source, std::uint32_t index, bool larg
 
 void FabricTransport::send_header(int peer) {
   const std::uint64_t bits = op_tag(rank_, kHeaderIndex);
-  const OpHeader& header = header_;
+  const collectives::OpHeader& header = header_;
   fid_ep* ep = endpoint_->endpoint();
   const fi_addr_t destination = peers_[peer];
   if (injects_small_sends_ && sizeof(header) <= inject_bytes_) {
@@ -419,7 +420,8 @@ void FabricTransport::send_header(int peer) {
 }
 
 void FabricTransport::post_header_receive(int peer) {
-  const Request request = acquire(SlotKind::kHeader, peer, kHeaderIndex, sizeof(OpHeader));
+  const Request request =
+      acquire(SlotKind::kHeader, peer, kHeaderIndex, sizeof(collectives::OpHeader));
   Slot& s = slots_[request];
   s.buffer = header_buffer(peer);
   s.desc = control_registration_->descriptor();
@@ -452,8 +454,8 @@ void FabricTransport::post_ready_receives() {
   ready_receives_.erase(ready_receives_.begin(), ready_receives_.begin() + posted);
 }
 
-PeerTransport::Request FabricTransport::send(int peer, std::uint32_t index, const void* data,
-                                             std::size_t bytes) {
+collectives::PeerTransport::Request FabricTransport::send(int peer, std::uint32_t index,
+                                                          const void* data, std::size_t bytes) {
   require_usable();
   PeerOpState& state = peer_state(peer);
   if (!state.header_sent) {
@@ -480,8 +482,8 @@ PeerTransport::Request FabricTransport::send(int peer, std::uint32_t index, cons
   return request;
 }
 
-PeerTransport::Request FabricTransport::recv(int peer, std::uint32_t index, void* data,
-                                             std::size_t bytes) {
+collectives::PeerTransport::Request FabricTransport::recv(int peer, std::uint32_t index, void* data,
+                                                          std::size_t bytes) {
   require_usable();
   PeerOpState& state = peer_state(peer);
   if (!state.header_posted) {
@@ -563,9 +565,10 @@ void FabricTransport::complete(const fi_cq_tagged_entry& entry) {
       fail(source, cause);
     }
     case SlotKind::kHeader: {
-      OpHeader theirs;
+      collectives::OpHeader theirs;
       std::memcpy(&theirs, s.buffer, sizeof(theirs));
-      if (entry.len != sizeof(theirs) || !op_header_mismatch(header_, theirs, s.peer).empty()) {
+      if (entry.len != sizeof(theirs) ||
+          !collectives::op_header_mismatch(header_, theirs, s.peer).empty()) {
         fail_mismatch(s.peer, theirs);
       }
       PeerOpState& state = peer_states_[s.peer];
@@ -587,8 +590,8 @@ void FabricTransport::complete(const fi_cq_tagged_entry& entry) {
   s.done = true;
 }
 
-void FabricTransport::fail_mismatch(int peer, const OpHeader& theirs) {
-  const std::string cause = op_header_mismatch(header_, theirs, peer);
+void FabricTransport::fail_mismatch(int peer, const collectives::OpHeader& theirs) {
+  const std::string cause = collectives::op_header_mismatch(header_, theirs, peer);
   fail(peer, cause.empty() ? "rank " + std::to_string(peer) +
                                  " sent an op header of the wrong size; is it running another "
                                  "version of this library?"

@@ -20,16 +20,16 @@
 #include <string>
 #include <vector>
 
+#include "comm/collectives/peer_transport.h"
 #include "comm/fabric/fabric_endpoint.h"
 #include "comm/fabric/peer_liveness.h"
-#include "comm/fabric/peer_transport.h"
 #include "comm/fabric/stuck_call_guard.h"
 
 struct fi_cq_tagged_entry;
 
 namespace ddp::detail::fabric {
 
-class FabricTransport final : public PeerTransport {
+class FabricTransport final : public collectives::PeerTransport {
  public:
   // `peers[r]` is rank r's fi_addr_t in the endpoint's address vector.
   FabricTransport(std::unique_ptr<FabricEndpoint> endpoint, std::vector<fi_addr_t> peers, int rank,
@@ -38,7 +38,7 @@ class FabricTransport final : public PeerTransport {
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(peers_.size()); }
-  void begin_op(OpHeader header) override;
+  void begin_op(collectives::OpHeader header) override;
   void end_op() override;
   void expose(const void* data, std::size_t bytes) override;
   void* scratch(std::size_t bytes) override;
@@ -96,7 +96,7 @@ class FabricTransport final : public PeerTransport {
   void require_usable() const;
   // Builds the op's error, abandons the transport and throws it.
   [[noreturn]] void fail(int peer, const std::string& cause, bool timed_out = false);
-  [[noreturn]] void fail_mismatch(int peer, const OpHeader& theirs);
+  [[noreturn]] void fail_mismatch(int peer, const collectives::OpHeader& theirs);
   const char* op_name() const { return to_string(header_.signature.kind); }
   void abandon(const std::string& reason);
   void notify_peers(const std::string& reason);
@@ -142,7 +142,7 @@ class FabricTransport final : public PeerTransport {
   std::vector<Request> ready_receives_;
 
   bool in_op_ = false;
-  OpHeader header_;
+  collectives::OpHeader header_;
   std::uint32_t sequence_ = 0;
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::steady_clock::time_point next_liveness_check_;

@@ -1,11 +1,11 @@
-#include "comm/fabric/algorithms/ring.h"
+#include "comm/collectives/ring.h"
 
 #include <algorithm>
 #include <vector>
 
-#include "comm/fabric/algorithms/partition.h"
+#include "comm/collectives/partition.h"
 
-namespace ddp::detail::fabric {
+namespace ddp::detail::collectives {
 namespace {
 
 constexpr PeerTransport::Request kNoRequest = ~PeerTransport::Request{0};
@@ -113,4 +113,4 @@ void run_ring(PeerTransport& transport, Buffer buffer, RingPhases phases, Reduce
   }
 }
 
-}  // namespace ddp::detail::fabric
+}  // namespace ddp::detail::collectives

@@ -7,7 +7,7 @@
 
 #include "comm/collective_signature.h"
 
-namespace ddp::detail::fabric {
+namespace ddp::detail::collectives {
 
 struct OpHeader {
   CollectiveSignature signature;
@@ -17,4 +17,4 @@ struct OpHeader {
 // Empty when `theirs` (from `peer`) agrees with `mine`, else the one-line cause.
 std::string op_header_mismatch(const OpHeader& mine, const OpHeader& theirs, int peer);
 
-}  // namespace ddp::detail::fabric
+}  // namespace ddp::detail::collectives

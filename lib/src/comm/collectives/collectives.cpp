@@ -1,14 +1,14 @@
-#include "comm/fabric/collectives.h"
+#include "comm/collectives/collectives.h"
 
 #include <cstring>
 
-#include "comm/fabric/algorithms/barrier.h"
-#include "comm/fabric/algorithms/broadcast.h"
-#include "comm/fabric/algorithms/recursive_doubling.h"
-#include "comm/fabric/algorithms/ring.h"
+#include "comm/collectives/barrier.h"
+#include "comm/collectives/broadcast.h"
+#include "comm/collectives/recursive_doubling.h"
+#include "comm/collectives/ring.h"
 #include "comm/reduce_kernels.h"
 
-namespace ddp::detail::fabric {
+namespace ddp::detail::collectives {
 namespace {
 
 // Brackets one collective on the transport. Empty payloads still exchange empty messages, so a
@@ -136,4 +136,4 @@ void barrier(PeerTransport& transport) {
   scope.finish();
 }
 
-}  // namespace ddp::detail::fabric
+}  // namespace ddp::detail::collectives

@@ -9,9 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "comm/fabric/op_header.h"
+#include "comm/collectives/op_header.h"
 
-namespace ddp::detail::fabric {
+namespace ddp::detail::collectives {
 
 class PeerTransport {
  public:
@@ -52,4 +52,4 @@ class PeerTransport {
   virtual std::size_t eager_message_bytes() const = 0;
 };
 
-}  // namespace ddp::detail::fabric
+}  // namespace ddp::detail::collectives

@@ -1,6 +1,7 @@
-// The fabric collectives against the in-memory transport: exact results for every op, dtype,
-// reduction and algorithm at world sizes 1-8, and clear failures for mismatched or missing ranks.
-#include "comm/fabric/collectives.h"
+// The collectives both backends share, against the in-memory transport: exact results for every
+// op, dtype, reduction and algorithm at world sizes 1-8, and clear failures for mismatched or
+// missing ranks.
+#include "comm/collectives/collectives.h"
 
 #include <gtest/gtest.h>
 
@@ -13,16 +14,16 @@
 #include "in_memory_transport.h"
 #include "typed_values.h"
 
-namespace ddp::detail::fabric {
+namespace ddp::detail::collectives {
 namespace {
 
-using testing::InMemoryFabric;
+using testing::InMemoryNetwork;
 using testing::TypedBuffer;
 
 constexpr std::chrono::milliseconds kTimeout{5000};
 
 template <typename Fn>
-std::vector<std::exception_ptr> run_ranks(InMemoryFabric& fabric, Fn fn) {
+std::vector<std::exception_ptr> run_ranks(InMemoryNetwork& fabric, Fn fn) {
   const int n = fabric.size();
   std::vector<std::unique_ptr<PeerTransport>> transports;
   for (int r = 0; r < n; ++r) transports.push_back(fabric.transport(r));
@@ -43,7 +44,7 @@ std::vector<std::exception_ptr> run_ranks(InMemoryFabric& fabric, Fn fn) {
 
 template <typename Fn>
 void run_ok(int n, Fn fn, std::size_t max_message = std::size_t{1} << 40) {
-  InMemoryFabric fabric(n, kTimeout);
+  InMemoryNetwork fabric(n, kTimeout);
   fabric.set_max_message_bytes(max_message);
   for (auto& error : run_ranks(fabric, fn)) {
     if (error) std::rethrow_exception(error);
@@ -300,7 +301,7 @@ TEST_P(FabricCollectives, AllreduceSendsAFewEagerMessagesInsteadOfOneLargeOne) {
   // 16 floats fit one eager message; 17 and 128 take 2 and 8; 129 is past the split limit.
   for (std::size_t count : {16, 17, 100, 128, 129}) {
     SCOPED_TRACE("count " + std::to_string(count));
-    InMemoryFabric fabric(n, kTimeout);
+    InMemoryNetwork fabric(n, kTimeout);
     fabric.set_eager_message_bytes(kEager);
     std::vector<std::vector<float>> data(n);
     for (int r = 0; r < n; ++r) {
@@ -331,7 +332,7 @@ TEST(FabricCollectivesFailures, MismatchedSizesFailEveryRankWithCommError) {
   for (const auto& [name, config] : configs()) {
     for (int n : {2, 3, 4}) {
       SCOPED_TRACE(std::string(name) + " ranks " + std::to_string(n));
-      InMemoryFabric fabric(n, std::chrono::milliseconds(200));
+      InMemoryNetwork fabric(n, std::chrono::milliseconds(200));
       std::vector<std::vector<float>> data(n);
       for (int r = 0; r < n; ++r) data[r].assign(r == 1 ? 1001 : 1000, 1.0f);
       auto errors = run_ranks(fabric, [&](PeerTransport& t, int r) {
@@ -355,7 +356,7 @@ TEST(FabricCollectivesFailures, MismatchedSizesFailEveryRankWithCommError) {
 
 TEST(FabricCollectivesFailures, MissingRankTimesOutNamingAPeer) {
   const int n = 3;
-  InMemoryFabric fabric(n, std::chrono::milliseconds(300));
+  InMemoryNetwork fabric(n, std::chrono::milliseconds(300));
   std::vector<std::vector<float>> data(n, std::vector<float>(100, 1.0f));
   const auto start = std::chrono::steady_clock::now();
   auto errors = run_ranks(fabric, [&](PeerTransport& t, int r) {
@@ -374,4 +375,4 @@ TEST(FabricCollectivesFailures, MissingRankTimesOutNamingAPeer) {
 }
 
 }  // namespace
-}  // namespace ddp::detail::fabric
+}  // namespace ddp::detail::collectives

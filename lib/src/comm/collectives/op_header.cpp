@@ -1,6 +1,6 @@
-#include "comm/fabric/op_header.h"
+#include "comm/collectives/op_header.h"
 
-namespace ddp::detail::fabric {
+namespace ddp::detail::collectives {
 
 std::string op_header_mismatch(const OpHeader& mine, const OpHeader& theirs, int peer) {
   if (!mine.signature.agrees_with(theirs.signature)) {
@@ -14,4 +14,4 @@ std::string op_header_mismatch(const OpHeader& mine, const OpHeader& theirs, int
   return "";
 }
 
-}  // namespace ddp::detail::fabric
+}  // namespace ddp::detail::collectives

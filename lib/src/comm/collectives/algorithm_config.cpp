@@ -1,4 +1,4 @@
-#include "comm/fabric/algorithms/algorithm_config.h"
+#include "comm/collectives/algorithm_config.h"
 
 #include <cstdint>
 #include <string>
@@ -6,7 +6,7 @@
 #include "ddp/env_vars.h"
 #include "ddp/error.h"
 
-namespace ddp::detail::fabric {
+namespace ddp::detail::collectives {
 
 const char* to_string(AllreduceAlgorithm algorithm) {
   switch (algorithm) {
@@ -55,4 +55,4 @@ AlgorithmConfig AlgorithmConfig::from_env() {
   return config;
 }
 
-}  // namespace ddp::detail::fabric
+}  // namespace ddp::detail::collectives

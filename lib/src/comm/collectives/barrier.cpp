@@ -1,6 +1,6 @@
-#include "comm/fabric/algorithms/barrier.h"
+#include "comm/collectives/barrier.h"
 
-namespace ddp::detail::fabric {
+namespace ddp::detail::collectives {
 
 void barrier_dissemination(PeerTransport& transport) {
   const int n = transport.size();
@@ -14,4 +14,4 @@ void barrier_dissemination(PeerTransport& transport) {
   }
 }
 
-}  // namespace ddp::detail::fabric
+}  // namespace ddp::detail::collectives

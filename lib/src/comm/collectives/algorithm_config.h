@@ -1,11 +1,11 @@
 #pragma once
-// Tuning of the fabric collectives: which allreduce algorithm, where the switch to the ring
-// happens and how finely the ring is pipelined. Defaults come from bench/fabric_allreduce_bench;
-// every value can be overridden from the environment for tuning on other machines.
+// Tuning of the shared collectives: which allreduce algorithm, where the switch to the ring
+// happens and how finely the ring is pipelined. The defaults suit the fabric backend
+// (bench/allreduce_bench), which lets the environment override every value (from_env).
 #include <cstddef>
 #include <cstdint>
 
-namespace ddp::detail::fabric {
+namespace ddp::detail::collectives {
 
 enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling };
 
@@ -30,4 +30,4 @@ struct AlgorithmConfig {
   static AlgorithmConfig from_env();
 };
 
-}  // namespace ddp::detail::fabric
+}  // namespace ddp::detail::collectives

@@ -10,7 +10,7 @@
 
 #include "ddp/comm/types.h"
 
-namespace ddp::detail::fabric::testing {
+namespace ddp::detail::collectives::testing {
 
 inline void set_value(void* data, DataType dtype, std::size_t i, double v) {
   switch (dtype) {
@@ -73,4 +73,4 @@ inline const std::vector<DataType>& all_dtypes() {
   return types;
 }
 
-}  // namespace ddp::detail::fabric::testing
+}  // namespace ddp::detail::collectives::testing

@@ -3,13 +3,13 @@
 // A non-power-of-two world first folds its extra ranks into partners and hands them the result
 // at the end. Partners reduce the same two operands (in swapped order, which commutative
 // reductions do not notice), so every rank ends with bitwise identical values.
-#include "comm/fabric/peer_transport.h"
+#include "comm/collectives/peer_transport.h"
 #include "comm/reduce_kernels.h"
 #include "ddp/comm/types.h"
 
-namespace ddp::detail::fabric {
+namespace ddp::detail::collectives {
 
 // Reduces `buffer` in place within the current op, staging it through transport scratch.
 void allreduce_recursive_doubling(PeerTransport& transport, Buffer buffer, ReduceFn reduce);
 
-}  // namespace ddp::detail::fabric
+}  // namespace ddp::detail::collectives

@@ -15,14 +15,14 @@
 #include <tuple>
 #include <vector>
 
-#include "comm/fabric/peer_transport.h"
+#include "comm/collectives/peer_transport.h"
 
-namespace ddp::detail::fabric::testing {
+namespace ddp::detail::collectives::testing {
 
-class InMemoryFabric {
+class InMemoryNetwork {
  public:
-  InMemoryFabric(int size, std::chrono::milliseconds timeout);
-  ~InMemoryFabric();
+  InMemoryNetwork(int size, std::chrono::milliseconds timeout);
+  ~InMemoryNetwork();
 
   int size() const { return size_; }
   // The largest message the transports accept (small values force the algorithms to split).
@@ -64,4 +64,4 @@ class InMemoryFabric {
   std::multimap<Key, Posted> receives_;
 };
 
-}  // namespace ddp::detail::fabric::testing
+}  // namespace ddp::detail::collectives::testing

@@ -1,12 +1,12 @@
 #pragma once
-// The fabric backend's collectives, written against PeerTransport only: each call brackets one
+// Collectives written against PeerTransport only, for any backend: each call brackets one
 // op (begin_op/end_op), picks the algorithm for the payload and runs it. Arguments have been
 // validated by Communicator; here every rank still checks the others' through the op header.
-#include "comm/fabric/algorithms/algorithm_config.h"
-#include "comm/fabric/peer_transport.h"
+#include "comm/collectives/algorithm_config.h"
+#include "comm/collectives/peer_transport.h"
 #include "ddp/comm/types.h"
 
-namespace ddp::detail::fabric {
+namespace ddp::detail::collectives {
 
 // The allreduce algorithm `config` picks for a payload of `bytes` and `count` elements.
 AllreduceAlgorithm choose_allreduce(std::size_t bytes, std::size_t count, int ranks,
@@ -20,4 +20,4 @@ void reduce_scatter(PeerTransport& transport, Buffer input, Buffer output, Reduc
                     const AlgorithmConfig& config);
 void barrier(PeerTransport& transport);
 
-}  // namespace ddp::detail::fabric
+}  // namespace ddp::detail::collectives

@@ -1,12 +1,12 @@
-#include "comm/fabric/algorithms/broadcast.h"
+#include "comm/collectives/broadcast.h"
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "comm/fabric/algorithms/partition.h"
+#include "comm/collectives/partition.h"
 
-namespace ddp::detail::fabric {
+namespace ddp::detail::collectives {
 
 void broadcast_binomial_tree(PeerTransport& transport, Buffer buffer, int root) {
   const int n = transport.size();
@@ -76,4 +76,4 @@ void broadcast_pipelined_chain(PeerTransport& transport, Buffer buffer, int root
   }
 }
 
-}  // namespace ddp::detail::fabric
+}  // namespace ddp::detail::collectives

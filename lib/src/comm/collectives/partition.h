@@ -3,7 +3,7 @@
 // first `count % parts` pieces taking the extra element. Every rank computes the same split.
 #include <cstddef>
 
-namespace ddp::detail::fabric {
+namespace ddp::detail::collectives {
 
 struct Piece {
   std::size_t offset;
@@ -19,4 +19,4 @@ inline Piece partition(std::size_t count, std::size_t parts, std::size_t index) 
 
 inline std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 
-}  // namespace ddp::detail::fabric
+}  // namespace ddp::detail::collectives

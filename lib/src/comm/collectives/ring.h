@@ -6,12 +6,12 @@
 // later chunks overlap the reduction of earlier ones and every link stays busy.
 #include <cstddef>
 
-#include "comm/fabric/algorithms/algorithm_config.h"
-#include "comm/fabric/peer_transport.h"
+#include "comm/collectives/algorithm_config.h"
+#include "comm/collectives/peer_transport.h"
 #include "comm/reduce_kernels.h"
 #include "ddp/comm/types.h"
 
-namespace ddp::detail::fabric {
+namespace ddp::detail::collectives {
 
 enum class RingPhases { kReduceScatter, kAllgather, kBoth };
 
@@ -32,4 +32,4 @@ RingLayout ring_layout(std::size_t count, DataType dtype, int ranks, const Algor
 void run_ring(PeerTransport& transport, Buffer buffer, RingPhases phases, ReduceFn reduce,
               const RingLayout& layout, const AlgorithmConfig& config, char* slots);
 
-}  // namespace ddp::detail::fabric
+}  // namespace ddp::detail::collectives

@@ -1,11 +1,11 @@
-#include "comm/fabric/algorithms/recursive_doubling.h"
+#include "comm/collectives/recursive_doubling.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "comm/fabric/algorithms/partition.h"
+#include "comm/collectives/partition.h"
 
-namespace ddp::detail::fabric {
+namespace ddp::detail::collectives {
 namespace {
 
 constexpr std::uint32_t kFoldIndex = 0;
@@ -108,4 +108,4 @@ void allreduce_recursive_doubling(PeerTransport& transport, Buffer buffer, Reduc
   if (work != buffer.data) std::memcpy(buffer.data, work, bytes);
 }
 
-}  // namespace ddp::detail::fabric
+}  // namespace ddp::detail::collectives

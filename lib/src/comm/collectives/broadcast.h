@@ -2,11 +2,11 @@
 // Broadcast: a binomial tree (log2 n hops of the whole message) for small payloads, and for
 // large ones a chain from the root around the ring, pipelined in chunks so that every rank
 // forwards chunk c while chunk c+1 arrives.
-#include "comm/fabric/algorithms/algorithm_config.h"
-#include "comm/fabric/peer_transport.h"
+#include "comm/collectives/algorithm_config.h"
+#include "comm/collectives/peer_transport.h"
 #include "ddp/comm/types.h"
 
-namespace ddp::detail::fabric {
+namespace ddp::detail::collectives {
 
 // Stages `buffer` through transport scratch (no registration of caller memory).
 void broadcast_binomial_tree(PeerTransport& transport, Buffer buffer, int root);
@@ -15,4 +15,4 @@ void broadcast_binomial_tree(PeerTransport& transport, Buffer buffer, int root);
 void broadcast_pipelined_chain(PeerTransport& transport, Buffer buffer, int root,
                                const AlgorithmConfig& config);
 
-}  // namespace ddp::detail::fabric
+}  // namespace ddp::detail::collectives

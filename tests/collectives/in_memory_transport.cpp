@@ -7,11 +7,11 @@
 
 #include "ddp/error.h"
 
-namespace ddp::detail::fabric::testing {
+namespace ddp::detail::collectives::testing {
 
 class InMemoryTransport final : public PeerTransport {
  public:
-  InMemoryTransport(InMemoryFabric& fabric, int rank) : fabric_(fabric), rank_(rank) {}
+  InMemoryTransport(InMemoryNetwork& fabric, int rank) : fabric_(fabric), rank_(rank) {}
 
   int rank() const override { return rank_; }
   int size() const override { return fabric_.size(); }
@@ -43,7 +43,7 @@ class InMemoryTransport final : public PeerTransport {
 
   Request send(int peer, std::uint32_t index, const void* data, std::size_t bytes) override {
     check_usable(peer, data, bytes, bytes <= fabric_.eager_message_bytes_);
-    auto state = std::make_shared<InMemoryFabric::RequestState>();
+    auto state = std::make_shared<InMemoryNetwork::RequestState>();
     fabric_.post_send({peer, rank_, sequence_, index},
                       {rank_, header_, static_cast<char*>(const_cast<void*>(data)), bytes, state});
     return track(peer, state);
@@ -51,7 +51,7 @@ class InMemoryTransport final : public PeerTransport {
 
   Request recv(int peer, std::uint32_t index, void* data, std::size_t bytes) override {
     check_usable(peer, data, bytes, /*eager_send=*/false);
-    auto state = std::make_shared<InMemoryFabric::RequestState>();
+    auto state = std::make_shared<InMemoryNetwork::RequestState>();
     fabric_.post_recv({rank_, peer, sequence_, index},
                       {peer, header_, static_cast<char*>(data), bytes, state});
     return track(peer, state);
@@ -93,12 +93,12 @@ class InMemoryTransport final : public PeerTransport {
     throw std::logic_error("transfer from memory that was neither exposed nor scratch");
   }
 
-  Request track(int peer, std::shared_ptr<InMemoryFabric::RequestState> state) {
+  Request track(int peer, std::shared_ptr<InMemoryNetwork::RequestState> state) {
     outstanding_.emplace(next_request_, std::make_pair(peer, std::move(state)));
     return next_request_++;
   }
 
-  InMemoryFabric& fabric_;
+  InMemoryNetwork& fabric_;
   int rank_;
   bool in_op_ = false;
   OpHeader header_;
@@ -106,20 +106,20 @@ class InMemoryTransport final : public PeerTransport {
   std::chrono::steady_clock::time_point deadline_;
   std::vector<std::pair<const char*, std::size_t>> exposed_;
   std::vector<char> scratch_;
-  std::map<Request, std::pair<int, std::shared_ptr<InMemoryFabric::RequestState>>> outstanding_;
+  std::map<Request, std::pair<int, std::shared_ptr<InMemoryNetwork::RequestState>>> outstanding_;
   Request next_request_ = 0;
 };
 
-InMemoryFabric::InMemoryFabric(int size, std::chrono::milliseconds timeout)
+InMemoryNetwork::InMemoryNetwork(int size, std::chrono::milliseconds timeout)
     : size_(size), timeout_(timeout) {}
 
-InMemoryFabric::~InMemoryFabric() = default;
+InMemoryNetwork::~InMemoryNetwork() = default;
 
-std::unique_ptr<PeerTransport> InMemoryFabric::transport(int rank) {
+std::unique_ptr<PeerTransport> InMemoryNetwork::transport(int rank) {
   return std::make_unique<InMemoryTransport>(*this, rank);
 }
 
-void InMemoryFabric::match(const Posted& send, const Posted& recv) {
+void InMemoryNetwork::match(const Posted& send, const Posted& recv) {
   if (auto cause = op_header_mismatch(recv.header, send.header, send.peer); !cause.empty()) {
     recv.state->error = cause;
   } else if (send.bytes != recv.bytes) {
@@ -132,12 +132,12 @@ void InMemoryFabric::match(const Posted& send, const Posted& recv) {
   recv.state->done = true;
 }
 
-std::size_t InMemoryFabric::largest_message_bytes() {
+std::size_t InMemoryNetwork::largest_message_bytes() {
   std::lock_guard<std::mutex> lock(mutex_);
   return largest_message_bytes_;
 }
 
-void InMemoryFabric::post_send(const Key& key, const Posted& send) {
+void InMemoryNetwork::post_send(const Key& key, const Posted& send) {
   std::lock_guard<std::mutex> lock(mutex_);
   largest_message_bytes_ = std::max(largest_message_bytes_, send.bytes);
   auto it = receives_.find(key);
@@ -150,7 +150,7 @@ void InMemoryFabric::post_send(const Key& key, const Posted& send) {
   changed_.notify_all();
 }
 
-void InMemoryFabric::post_recv(const Key& key, const Posted& recv) {
+void InMemoryNetwork::post_recv(const Key& key, const Posted& recv) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = sends_.find(key);
   if (it == sends_.end()) {
@@ -162,4 +162,4 @@ void InMemoryFabric::post_recv(const Key& key, const Posted& recv) {
   changed_.notify_all();
 }
 
-}  // namespace ddp::detail::fabric::testing
+}  // namespace ddp::detail::collectives::testing
