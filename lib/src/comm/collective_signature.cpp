@@ -16,7 +16,7 @@ CollectiveSignature CollectiveSignature::make(CollectiveKind kind, DataType dtyp
 
 bool CollectiveSignature::agrees_with(const CollectiveSignature& o) const {
   return magic == o.magic && kind == o.kind && dtype == o.dtype && detail == o.detail &&
-         count == o.count && sequence == o.sequence;
+         count == o.count && sequence == o.sequence && plan == o.plan;
 }
 
 const char* to_string(CollectiveKind kind) {
@@ -52,6 +52,16 @@ std::string describe(const CollectiveSignature& s) {
 
 std::string mismatch_message(const CollectiveSignature& mine, const CollectiveSignature& theirs,
                              int peer) {
+  const bool only_the_plan_differs = theirs.plan != mine.plan && [&] {
+    CollectiveSignature same_plan = theirs;
+    same_plan.plan = mine.plan;
+    return same_plan.agrees_with(mine);
+  }();
+  if (only_the_plan_differs) {
+    return "rank " + std::to_string(peer) + " runs " + describe(mine) +
+           " with other algorithm settings (DDP_GLOO_ALGORITHM, DDP_FABRIC_*); set them alike on "
+           "every rank";
+  }
   return "rank " + std::to_string(peer) + " issued " + describe(theirs) +
          " while this rank issued " + describe(mine) +
          "; every rank must issue the same collectives, in the same order, with the same sizes";

@@ -25,13 +25,16 @@ struct CollectiveSignature {
   std::uint64_t count = 0;   // elements this rank contributes
   std::uint64_t sequence = 0;
   std::uint64_t payload_bytes = 0;  // bytes that follow the header in this message
+  // The backend's settings that decide how the collective's messages look (its algorithm
+  // choice), as a hash: ranks configured differently must not exchange data.
+  std::uint64_t plan = 0;
 
   static constexpr std::uint32_t kMagic = 0x44445031;  // "DDP1"
 
   static CollectiveSignature make(CollectiveKind kind, DataType dtype, std::uint64_t count,
                                   std::uint32_t detail, std::uint64_t sequence);
 
-  // Equal in everything that must agree across ranks (not payload_bytes).
+  // Equal in everything that must agree across ranks (not payload_bytes), the plan included.
   bool agrees_with(const CollectiveSignature& other) const;
 };
 

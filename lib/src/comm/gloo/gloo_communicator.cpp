@@ -3,14 +3,12 @@
 #include <csignal>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
-#include <gloo/allgather.h>
 #include <gloo/allreduce.h>
-#include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 
+#include "comm/collectives/collectives.h"
 #include "comm/gloo/gloo_device.h"
 #include "comm/gloo/gloo_store_bridge.h"
 #include "comm/reduce_kernels.h"
@@ -21,9 +19,25 @@
 namespace ddp::detail {
 namespace {
 
-// Up to this many bytes sent per rank (payload x peers), the direct exchange beats gloo's
-// ring: one round of messages instead of 2(P-1) steps (bench/allreduce_bench measures both).
+// Up to this many bytes sent per rank (payload x peers), the direct exchange beats the ring:
+// one round of messages instead of 2(P-1) steps (bench/allreduce_bench measures both).
 constexpr std::size_t kDirectExchangeBudget = 256 * 1024;
+// The ring's pipeline unit on gloo's pairs. Every message costs gloo a notification and a
+// wake-up of the waiting thread, so chunks are larger than on libfabric. Measured with
+// allreduce_bench --interleave, 2 ranks: 64 MiB took 56-65 ms in 4 MiB chunks, 63-76 ms in 2 or
+// 16 MiB chunks and 79-87 ms in 1 MiB chunks; 1-16 MiB showed no consistent difference.
+constexpr std::size_t kRingChunkBytes = 4u << 20;
+
+collectives::AlgorithmConfig collectives_config(GlooAllreduceAlgorithm forced) {
+  collectives::AlgorithmConfig config;
+  config.allreduce = forced == GlooAllreduceAlgorithm::kRing
+                         ? collectives::AllreduceAlgorithm::kRing
+                         : collectives::AllreduceAlgorithm::kAuto;
+  // The collectives only see payloads the direct exchange could not carry: always the ring.
+  config.ring_threshold_bytes = 0;
+  config.chunk_bytes = kRingChunkBytes;
+  return config;
+}
 
 std::string first_line(const std::string& text) {
   auto nl = text.find('\n');
@@ -56,9 +70,10 @@ GlooAllreduceAlgorithm gloo_algorithm_from_env() {
   if (name == "auto") return GlooAllreduceAlgorithm::kAuto;
   if (name == "direct") return GlooAllreduceAlgorithm::kDirect;
   if (name == "ring") return GlooAllreduceAlgorithm::kRing;
+  if (name == "gloo_ring") return GlooAllreduceAlgorithm::kGlooRing;
   if (name == "bcube") return GlooAllreduceAlgorithm::kBcube;
   throw ConfigError("DDP_GLOO_ALGORITHM='" + name +
-                    "' is not known; use auto, direct, ring or bcube");
+                    "' is not known; use auto, direct, ring, gloo_ring or bcube");
 }
 
 const char* to_string(GlooAllreduceAlgorithm algorithm) {
@@ -69,6 +84,8 @@ const char* to_string(GlooAllreduceAlgorithm algorithm) {
       return "direct";
     case GlooAllreduceAlgorithm::kRing:
       return "ring";
+    case GlooAllreduceAlgorithm::kGlooRing:
+      return "gloo_ring";
     case GlooAllreduceAlgorithm::kBcube:
       return "bcube";
   }
@@ -77,7 +94,10 @@ const char* to_string(GlooAllreduceAlgorithm algorithm) {
 
 GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int size,
                                    const CommOptions& options)
-    : Communicator(rank, size, options), forced_algorithm_(gloo_algorithm_from_env()) {
+    : Communicator(rank, size, options),
+      direct_budget_(kDirectExchangeBudget / static_cast<std::size_t>(std::max(size - 1, 1))),
+      forced_algorithm_(gloo_algorithm_from_env()),
+      collectives_config_(collectives_config(forced_algorithm_)) {
   ignore_sigpipe_unless_handled();
   auto device = make_gloo_device(store->endpoint_host());
   context_ = std::make_shared<gloo::rendezvous::Context>(rank, size);
@@ -93,16 +113,18 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
                         "; check that every rank is running and that the chosen interface "
                         "(DDP_SOCKET_IFNAME) reaches the others");
   }
-  const std::size_t peers = std::max(size - 1, 1);
   try {
     // Posts the first receives: a peer that already failed and closed its connection shows
     // here, and must be reported as a communication error like any later one.
-    exchange_ = std::make_unique<GlooDirectExchange>(context_, kDirectExchangeBudget / peers);
+    const std::uint64_t plan =
+        collectives_config_.fingerprint() * 31 + static_cast<std::uint64_t>(forced_algorithm_);
+    exchange_ = std::make_unique<GlooDirectExchange>(context_, direct_budget_, plan);
   } catch (const gloo::Exception& e) {
     throw CommError("connect", rank, -1,
                     first_line(e.what()) +
                         "; a peer exited while the group was forming, see the other ranks' logs");
   }
+  transport_ = std::make_unique<GlooPeerTransport>(context_, *exchange_, options.timeout);
   log::debug("gloo: connected {} ranks, allreduce algorithm {}", size,
              to_string(forced_algorithm_));
 }
@@ -136,21 +158,47 @@ void GlooCommunicator::guarded(const char* op, Fn&& fn) {
   }
 }
 
+template <typename Fn>
+void GlooCommunicator::collective(const char* op, Fn&& fn) {
+  try {
+    guarded(op, std::forward<Fn>(fn));
+  } catch (const std::exception& e) {
+    poison(first_line(e.what()));
+    throw;
+  }
+}
+
+void GlooCommunicator::poison(const std::string& cause) {
+  if (failure_.empty()) failure_ = cause;
+  if (!context_) return;
+  // The op's buffers go first, so gloo can no longer write into them; then the pairs, which
+  // close with the last owner of the context. Their sockets close gracefully (gloo's own
+  // closeConnections resets them instead): a peer still reads what this rank sent, such as its
+  // signature, before the end of the stream, so it reports the same mismatch.
+  transport_->abandon();
+  transport_.reset();
+  exchange_.reset();
+  context_.reset();
+}
+
 void GlooCommunicator::exchange(CollectiveKind kind, const Buffer& buffer, std::uint32_t detail,
                                 const void* payload, std::size_t payload_bytes) {
-  const auto signature =
-      CollectiveSignature::make(kind, buffer.dtype, buffer.count, detail, sequence_++);
+  // The exchange stamps the sequence number.
+  const auto signature = CollectiveSignature::make(kind, buffer.dtype, buffer.count, detail, 0);
   exchange_->run(signature, payload, payload_bytes, timeout());
 }
 
-GlooAllreduceAlgorithm GlooCommunicator::choose_allreduce_algorithm(std::size_t bytes,
-                                                                    DataType) const {
-  if (bytes > exchange_->max_payload_bytes()) {
-    return forced_algorithm_ == GlooAllreduceAlgorithm::kBcube ? GlooAllreduceAlgorithm::kBcube
-                                                               : GlooAllreduceAlgorithm::kRing;
+GlooAllreduceAlgorithm GlooCommunicator::choose_allreduce_algorithm(std::size_t bytes) const {
+  switch (forced_algorithm_) {
+    case GlooAllreduceAlgorithm::kRing:
+    case GlooAllreduceAlgorithm::kGlooRing:
+    case GlooAllreduceAlgorithm::kBcube:
+      return forced_algorithm_;
+    case GlooAllreduceAlgorithm::kAuto:
+    case GlooAllreduceAlgorithm::kDirect:
+      break;
   }
-  if (forced_algorithm_ == GlooAllreduceAlgorithm::kAuto) return GlooAllreduceAlgorithm::kDirect;
-  return forced_algorithm_;
+  return bytes <= direct_budget_ ? GlooAllreduceAlgorithm::kDirect : GlooAllreduceAlgorithm::kRing;
 }
 
 void GlooCommunicator::reduce_exchanged(Buffer out, ReduceOp op) const {
@@ -164,7 +212,13 @@ void GlooCommunicator::reduce_exchanged(Buffer out, ReduceOp op) const {
 
 void GlooCommunicator::do_allreduce(Buffer buffer, ReduceOp op) {
   if (size() == 1) return;
-  const auto algorithm = choose_allreduce_algorithm(buffer.bytes(), buffer.dtype);
+  const auto algorithm = choose_allreduce_algorithm(buffer.bytes());
+  if (algorithm == GlooAllreduceAlgorithm::kRing) {
+    // Divides for kAvg itself.
+    collective("allreduce",
+               [&] { collectives::allreduce(*transport_, buffer, op, collectives_config_); });
+    return;
+  }
   guarded("allreduce", [&] {
     if (algorithm == GlooAllreduceAlgorithm::kDirect) {
       exchange(CollectiveKind::kAllreduce, buffer, static_cast<std::uint32_t>(op), buffer.data,
@@ -203,21 +257,16 @@ void GlooCommunicator::gloo_allreduce(Buffer buffer, ReduceOp op,
 
 void GlooCommunicator::do_broadcast(Buffer buffer, int root) {
   if (size() == 1) return;
-  const auto detail = static_cast<std::uint32_t>(root);
+  if (buffer.bytes() > direct_budget_) {
+    collective("broadcast",
+               [&] { collectives::broadcast(*transport_, buffer, root, collectives_config_); });
+    return;
+  }
   guarded("broadcast", [&] {
-    if (buffer.bytes() <= exchange_->max_payload_bytes()) {
-      const bool sender = rank() == root;
-      exchange(CollectiveKind::kBroadcast, buffer, detail, sender ? buffer.data : nullptr,
-               sender ? buffer.bytes() : 0);
-      if (!sender) std::memcpy(buffer.data, exchange_->payload_of(root), buffer.bytes());
-      return;
-    }
-    exchange(CollectiveKind::kBroadcast, buffer, detail, nullptr, 0);
-    gloo::BroadcastOptions opts(context_);
-    opts.setRoot(root);
-    opts.setOutput(static_cast<std::uint8_t*>(buffer.data), buffer.bytes());
-    opts.setTimeout(timeout());
-    gloo::broadcast(opts);
+    const bool sender = rank() == root;
+    exchange(CollectiveKind::kBroadcast, buffer, static_cast<std::uint32_t>(root),
+             sender ? buffer.data : nullptr, sender ? buffer.bytes() : 0);
+    if (!sender) std::memcpy(buffer.data, exchange_->payload_of(root), buffer.bytes());
   });
 }
 
@@ -226,21 +275,17 @@ void GlooCommunicator::do_allgather(Buffer input, Buffer output) {
     if (input.count > 0) std::memmove(output.data, input.data, input.bytes());
     return;
   }
+  if (input.bytes() > direct_budget_) {
+    collective("allgather",
+               [&] { collectives::allgather(*transport_, input, output, collectives_config_); });
+    return;
+  }
   guarded("allgather", [&] {
-    if (input.bytes() <= exchange_->max_payload_bytes()) {
-      exchange(CollectiveKind::kAllgather, input, 0, input.data, input.bytes());
-      for (int peer = 0; peer < size(); ++peer) {
-        std::memcpy(static_cast<char*>(output.data) + input.bytes() * peer,
-                    exchange_->payload_of(peer), input.bytes());
-      }
-      return;
+    exchange(CollectiveKind::kAllgather, input, 0, input.data, input.bytes());
+    for (int peer = 0; peer < size(); ++peer) {
+      std::memcpy(static_cast<char*>(output.data) + input.bytes() * peer,
+                  exchange_->payload_of(peer), input.bytes());
     }
-    exchange(CollectiveKind::kAllgather, input, 0, nullptr, 0);
-    gloo::AllgatherOptions opts(context_);
-    opts.setInput(static_cast<std::uint8_t*>(input.data), input.bytes());
-    opts.setOutput(static_cast<std::uint8_t*>(output.data), output.bytes());
-    opts.setTimeout(timeout());
-    gloo::allgather(opts);
   });
 }
 
@@ -249,25 +294,20 @@ void GlooCommunicator::do_reduce_scatter(Buffer input, Buffer output, ReduceOp o
     if (output.count > 0) std::memmove(output.data, input.data, output.bytes());
     return;
   }
-  const auto detail = static_cast<std::uint32_t>(op);
+  if (input.bytes() > direct_budget_) {
+    // Divides for kAvg itself.
+    collective("reduce_scatter", [&] {
+      collectives::reduce_scatter(*transport_, input, output, op, collectives_config_);
+    });
+    return;
+  }
   guarded("reduce_scatter", [&] {
-    if (input.bytes() <= exchange_->max_payload_bytes()) {
-      exchange(CollectiveKind::kReduceScatter, output, detail, input.data, input.bytes());
-      const ReduceFn reduce = reduce_kernel(output.dtype, op);
-      const std::size_t offset = output.bytes() * rank();
-      reduce_in_rank_order(reduce, output.data, output.count, size(), [&](int peer) {
-        return static_cast<const char*>(exchange_->payload_of(peer)) + offset;
-      });
-      return;
-    }
-    // gloo has no unbound-buffer reduce-scatter: reduce a copy of the whole input with the
-    // ring allreduce and keep this rank's block.
-    exchange(CollectiveKind::kReduceScatter, output, detail, nullptr, 0);
-    std::vector<char> scratch(input.bytes());
-    std::memcpy(scratch.data(), input.data, input.bytes());
-    gloo_allreduce(Buffer(scratch.data(), input.count, input.dtype), op,
-                   GlooAllreduceAlgorithm::kRing);
-    std::memcpy(output.data, scratch.data() + output.bytes() * rank(), output.bytes());
+    exchange(CollectiveKind::kReduceScatter, output, static_cast<std::uint32_t>(op), input.data,
+             input.bytes());
+    const std::size_t offset = output.bytes() * rank();
+    reduce_in_rank_order(
+        reduce_kernel(output.dtype, op), output.data, output.count, size(),
+        [&](int peer) { return static_cast<const char*>(exchange_->payload_of(peer)) + offset; });
   });
   if (op == ReduceOp::kAvg) divide_in_place(output.data, output.count, output.dtype, size());
 }

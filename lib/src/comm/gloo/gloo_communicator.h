@@ -1,14 +1,17 @@
 #pragma once
-// The Gloo-over-TCP backend: gloo's transport and collectives on a full mesh of TCP pairs.
-// Every collective starts with a direct exchange of its signature among all ranks (see
-// GlooDirectExchange): small collectives travel inside that single exchange; large ones then
-// run gloo's bandwidth-optimal algorithms.
+// The Gloo-over-TCP backend: gloo's rendezvous and TCP transport, a full mesh of pairs.
+// Every collective sends its signature to every peer in a direct exchange (see
+// GlooDirectExchange). Small collectives travel inside that single exchange; large ones run the
+// shared collectives (the fabric backend's ring, chain and so on) over gloo's pairs, with the
+// signatures checked at their first wait (see GlooPeerTransport).
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "comm/collective_signature.h"
+#include "comm/collectives/algorithm_config.h"
 #include "comm/gloo/gloo_direct_exchange.h"
+#include "comm/gloo/gloo_peer_transport.h"
 #include "ddp/comm/communicator.h"
 #include "ddp/store.h"
 
@@ -19,13 +22,14 @@ class Context;
 namespace ddp::detail {
 
 enum class GlooAllreduceAlgorithm {
-  kAuto,    // by size, see choose_allreduce_algorithm
-  kDirect,  // one exchange of the data with every peer, reduced locally in rank order
-  kRing,    // gloo::allreduce, ring (bandwidth-optimal, segment pipelined)
-  kBcube,   // gloo::allreduce, bcube
+  kAuto,      // direct while the payload fits the exchange, else ring
+  kDirect,    // the same: direct where it fits (larger payloads cannot travel that way)
+  kRing,      // the shared pipelined ring over gloo's pairs, at every size
+  kGlooRing,  // gloo::allreduce's ring, at every size
+  kBcube,     // gloo::allreduce's bcube, at every size
 };
 
-// DDP_GLOO_ALGORITHM=auto|direct|ring|bcube (default auto).
+// DDP_GLOO_ALGORITHM=auto|direct|ring|gloo_ring|bcube (default auto).
 GlooAllreduceAlgorithm gloo_algorithm_from_env();
 const char* to_string(GlooAllreduceAlgorithm algorithm);
 
@@ -36,8 +40,8 @@ class GlooCommunicator final : public Communicator {
 
   const char* backend_name() const override { return "gloo"; }
 
-  // The algorithm used for an allreduce of `bytes` of `dtype` (after any DDP_GLOO_ALGORITHM).
-  GlooAllreduceAlgorithm choose_allreduce_algorithm(std::size_t bytes, DataType dtype) const;
+  // The algorithm used for an allreduce of `bytes` (after any DDP_GLOO_ALGORITHM).
+  GlooAllreduceAlgorithm choose_allreduce_algorithm(std::size_t bytes) const;
 
  protected:
   void do_allreduce(Buffer buffer, ReduceOp op) override;
@@ -51,6 +55,13 @@ class GlooCommunicator final : public Communicator {
   // first failure: after it the mesh is unusable and later calls fail at once.
   template <typename Fn>
   void guarded(const char* op, Fn&& fn);
+  // guarded() for the shared collectives: any failure also poisons the mesh, since the failed
+  // op may still have messages in flight into the caller's memory.
+  template <typename Fn>
+  void collective(const char* op, Fn&& fn);
+  // Remembers `cause` and closes every connection: nothing can land in memory this rank no
+  // longer lends to the op, and the peers fail at once instead of at their timeout.
+  void poison(const std::string& cause);
 
   // Agrees on the collective with every peer, carrying `payload` along when given.
   void exchange(CollectiveKind kind, const Buffer& buffer, std::uint32_t detail,
@@ -60,9 +71,11 @@ class GlooCommunicator final : public Communicator {
   void reduce_exchanged(Buffer out, ReduceOp op) const;
 
   std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::size_t direct_budget_;  // payload bytes that travel inside the direct exchange
   std::unique_ptr<GlooDirectExchange> exchange_;
+  std::unique_ptr<GlooPeerTransport> transport_;
   GlooAllreduceAlgorithm forced_algorithm_;
-  std::uint64_t sequence_ = 0;
+  collectives::AlgorithmConfig collectives_config_;
   std::string failure_;
 };
 

@@ -11,22 +11,22 @@
 namespace ddp::detail {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 static_assert(sizeof(CollectiveSignature) % 8 == 0,
               "payloads follow the signature in a slot: keep them 8-byte aligned");
 
-std::chrono::milliseconds remaining(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+std::chrono::milliseconds remaining(GlooDirectExchange::Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - GlooDirectExchange::Clock::now());
   return std::max(left, std::chrono::milliseconds(1));
 }
 
 }  // namespace
 
 GlooDirectExchange::GlooDirectExchange(std::shared_ptr<gloo::Context> context,
-                                       std::size_t max_payload_bytes)
+                                       std::size_t max_payload_bytes, std::uint64_t plan)
     : context_(std::move(context)),
       max_payload_(max_payload_bytes),
+      plan_(plan),
       // Every receive is posted with the full slot size, so a peer that sends more than this
       // rank expects still lands inside the slot and is reported as a mismatch (gloo aborts
       // the process when a message is larger than the posted receive).
@@ -64,22 +64,33 @@ void GlooDirectExchange::post_receives(int half, std::uint64_t slot) {
 
 void GlooDirectExchange::run(const CollectiveSignature& mine, const void* payload,
                              std::size_t payload_bytes, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  start(mine, payload, payload_bytes);
+  finish(deadline);
+}
+
+CollectiveSignature GlooDirectExchange::start(const CollectiveSignature& mine, const void* payload,
+                                              std::size_t payload_bytes) {
   if (deferred_error_) std::rethrow_exception(deferred_error_);
+  sent_ = mine;
+  sent_.sequence = next_sequence_++;
+  sent_.plan = plan_;
+  sent_.payload_bytes = payload_bytes;
+  std::memcpy(send_storage_.data(), &sent_, sizeof(sent_));
+  if (payload_bytes > 0) {
+    std::memcpy(send_storage_.data() + sizeof(sent_), payload, payload_bytes);
+  }
+  for (int peer = 0; peer < context_->size; ++peer) {
+    if (peer == context_->rank) continue;
+    send_buffer_->send(peer, posted_slot_, 0, sizeof(sent_) + payload_bytes);
+  }
+  return sent_;
+}
+
+void GlooDirectExchange::finish(Clock::time_point deadline) {
   const int rank = context_->rank;
   const int size = context_->size;
-  CollectiveSignature header = mine;
-  header.payload_bytes = payload_bytes;
-  std::memcpy(send_storage_.data(), &header, sizeof(header));
-  if (payload_bytes > 0) {
-    std::memcpy(send_storage_.data() + sizeof(header), payload, payload_bytes);
-  }
   const int half = current_half_;
-
-  const auto deadline = Clock::now() + timeout;
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank) continue;
-    send_buffer_->send(peer, posted_slot_, 0, sizeof(header) + payload_bytes);
-  }
   for (int i = 0; i < size - 1; ++i) recv_buffer_->waitRecv(nullptr, remaining(deadline));
   for (int i = 0; i < size - 1; ++i) send_buffer_->waitSend(nullptr, remaining(deadline));
   last_half_ = half;
@@ -93,8 +104,8 @@ void GlooDirectExchange::run(const CollectiveSignature& mine, const void* payloa
     if (peer == rank) continue;
     CollectiveSignature theirs;
     std::memcpy(&theirs, slot_of(half, peer), sizeof(theirs));
-    if (!theirs.agrees_with(header)) {
-      throw CommError(to_string(header.kind), rank, peer, mismatch_message(header, theirs, peer));
+    if (!theirs.agrees_with(sent_)) {
+      throw CommError(to_string(sent_.kind), rank, peer, mismatch_message(sent_, theirs, peer));
     }
   }
 }

@@ -23,16 +23,27 @@ namespace ddp::detail {
 
 class GlooDirectExchange {
  public:
-  // Payloads up to `max_payload_bytes` travel in the exchange itself.
-  GlooDirectExchange(std::shared_ptr<gloo::Context> context, std::size_t max_payload_bytes);
+  // Payloads up to `max_payload_bytes` travel in the exchange itself. Every signature sent
+  // carries `plan` (see CollectiveSignature::plan).
+  GlooDirectExchange(std::shared_ptr<gloo::Context> context, std::size_t max_payload_bytes,
+                     std::uint64_t plan);
   ~GlooDirectExchange();
 
   std::size_t max_payload_bytes() const { return max_payload_; }
+
+  using Clock = std::chrono::steady_clock;
 
   // Sends `mine` (+ payload) to all peers and receives theirs. Throws CommError naming the
   // first peer that disagrees; gloo's IoException on transport failure or timeout.
   void run(const CollectiveSignature& mine, const void* payload, std::size_t payload_bytes,
            std::chrono::milliseconds timeout);
+
+  // run() in two halves, so that a collective can start moving its data while the signatures
+  // are on their way. start() stamps the signature with the next sequence number, sends it and
+  // returns it as sent; finish() waits for the peers' messages and checks them as run() does.
+  CollectiveSignature start(const CollectiveSignature& mine, const void* payload,
+                            std::size_t payload_bytes);
+  void finish(Clock::time_point deadline);
 
   // After run(): the payload rank `peer` sent (this rank's own when peer == rank). Valid
   // until the next run() starts.
@@ -47,6 +58,7 @@ class GlooDirectExchange {
 
   std::shared_ptr<gloo::Context> context_;
   std::size_t max_payload_;
+  std::uint64_t plan_;
   std::size_t slot_bytes_;
   std::vector<char> send_storage_;
   std::vector<char> recv_storage_;
@@ -55,6 +67,8 @@ class GlooDirectExchange {
   int current_half_ = 0;  // receives for the next run() are posted here
   std::uint64_t posted_slot_ = 0;
   int last_half_ = 0;  // where the last run() received
+  std::uint64_t next_sequence_ = 0;
+  CollectiveSignature sent_;  // what the current start() sent
   // Posting early can fail because a peer already left after the last collective: that is
   // only an error if another collective follows, so it is raised by the next run().
   std::exception_ptr deferred_error_;

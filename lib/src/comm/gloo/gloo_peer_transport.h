@@ -1,0 +1,74 @@
+#pragma once
+// PeerTransport on gloo's TCP pairs, so the gloo backend runs the same collectives as the fabric
+// backend (lib/src/comm/collectives) for payloads too large for the direct exchange.
+//
+// gloo holds a send back until the receiver has posted a receive for the same peer and slot, so
+// a slot works like a libfabric tag. Each op's messages use slots derived from a hash of its
+// signature (kind, type, count, op, sequence) and plan: ranks that disagree on the collective
+// never match each other's data, and no message can be longer than the receive it lands in
+// (gloo aborts the process on that). The signatures themselves travel in the direct exchange,
+// started by begin_op and checked at the op's first wait, so checking costs no extra round.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/collectives/peer_transport.h"
+
+namespace gloo {
+class Context;
+namespace transport {
+class UnboundBuffer;
+}
+}  // namespace gloo
+
+namespace ddp::detail {
+
+class GlooDirectExchange;
+
+class GlooPeerTransport final : public collectives::PeerTransport {
+ public:
+  GlooPeerTransport(std::shared_ptr<gloo::Context> context, GlooDirectExchange& exchange,
+                    std::chrono::milliseconds timeout);
+  ~GlooPeerTransport() override;
+
+  int rank() const override;
+  int size() const override;
+  void begin_op(collectives::OpHeader header) override;
+  void end_op() override;
+  void expose(const void*, std::size_t) override {}  // TCP needs no registration
+  void* scratch(std::size_t bytes) override;
+  Request send(int peer, std::uint32_t index, const void* data, std::size_t bytes) override;
+  Request recv(int peer, std::uint32_t index, void* data, std::size_t bytes) override;
+  void wait(Request request) override;
+  std::size_t max_message_bytes() const override { return std::size_t{1} << 40; }
+  std::size_t eager_message_bytes() const override { return 0; }
+
+  // Forgets the op's requests without waiting for them. Only safe once the connections are
+  // closed, so that nothing can still land in their memory (see GlooCommunicator::poison).
+  void abandon();
+
+ private:
+  struct Pending {
+    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+    bool is_send = false;
+    bool done = false;
+  };
+  std::uint64_t slot_of(std::uint32_t index) const;
+  // Waits for every peer's signature of this op and checks it, once per op.
+  void check_signatures();
+  // Posts a send or receive (fn), preferring a signature mismatch over gloo's error.
+  template <typename Fn>
+  void posting(Fn&& fn);
+
+  std::shared_ptr<gloo::Context> context_;
+  GlooDirectExchange& exchange_;
+  std::chrono::milliseconds timeout_;
+  std::chrono::steady_clock::time_point deadline_;
+  std::uint64_t op_slots_ = 0;
+  bool signatures_checked_ = true;
+  std::vector<Pending> pending_;
+  std::vector<char> scratch_;
+};
+
+}  // namespace ddp::detail

@@ -1,0 +1,149 @@
+// What the gloo backend adds to the conformance suite: every DDP_GLOO_ALGORITHM gives exact
+// results on both sides of the direct-exchange budget, and a disagreement on a large collective,
+// whose data runs over the shared collectives, is reported as the mismatch it is (not as a
+// timeout), after which the communicator refuses further work.
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ddp/comm/factory.h"
+#include "ddp/error.h"
+#include "multiprocess.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::require;
+
+// Below and above the 256 KiB direct-exchange budget, odd so blocks and chunks are uneven.
+constexpr std::size_t kSmallFloats = 1001;
+constexpr std::size_t kLargeFloats = (3u << 20) / 4 + 13;  // ~3 MiB: several 1 MiB ring chunks
+
+testing::TestStoreServer& server() {
+  static testing::TestStoreServer instance;
+  return instance;
+}
+
+CommOptions with_timeout(std::chrono::milliseconds timeout) {
+  CommOptions options;
+  options.timeout = timeout;
+  return options;
+}
+
+void check_every_collective(Communicator& comm, std::size_t n) {
+  const int size = comm.size();
+  const int rank = comm.rank();
+  std::vector<float> data(n);
+  for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<float>((rank + 1) * (i % 5 + 1));
+  comm.allreduce(data, ReduceOp::kSum);
+  for (std::size_t i = 0; i < n; ++i) {
+    require(data[i] == static_cast<float>(size * (size + 1) / 2 * (i % 5 + 1)),
+            "allreduce of " + std::to_string(n) + " floats wrong at " + std::to_string(i));
+  }
+  std::vector<float> avg(n, static_cast<float>(2 * rank));
+  comm.allreduce(avg, ReduceOp::kAvg);
+  require(avg[n - 1] == static_cast<float>(size - 1), "allreduce avg");
+
+  std::vector<float> root_data(n, static_cast<float>(rank));
+  comm.broadcast(root_data, size - 1);
+  require(root_data[0] == size - 1 && root_data[n - 1] == size - 1, "broadcast");
+
+  std::vector<float> mine(n, static_cast<float>(rank)), all(n * size);
+  comm.allgather(mine, all);
+  for (int r = 0; r < size; ++r) require(all[r * n + n / 2] == r, "allgather block");
+
+  std::vector<float> whole(n * size, 1.0f), block(n);
+  comm.reduce_scatter(whole, block, ReduceOp::kSum);
+  require(block[0] == size && block[n - 1] == size, "reduce_scatter");
+}
+
+class GlooAlgorithm : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GlooAlgorithm, EveryCollectiveIsExactAtEverySize) {
+  const std::string algorithm = GetParam();
+  const std::string prefix = server().next_group_prefix();
+  auto outcomes = testing::run_ranks(3, 120s, [&](int rank) {
+    setenv("DDP_GLOO_ALGORITHM", algorithm.c_str(), 1);
+    auto comm =
+        create_communicator("gloo", server().connect_client(prefix), rank, 3, with_timeout(20s));
+    for (std::size_t n : {kSmallFloats, kLargeFloats}) check_every_collective(*comm, n);
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes)) << "DDP_GLOO_ALGORITHM=" << algorithm;
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, GlooAlgorithm,
+                         ::testing::Values("auto", "direct", "ring", "gloo_ring", "bcube"),
+                         [](const auto& info) { return std::string(info.param); });
+
+TEST(GlooBackend, LargeMismatchIsReportedAsSuchAndPoisonsTheCommunicator) {
+  // Ranks 0 and 1 agree; rank 2 passes one element more. The op's timeout is far away, so a
+  // TimeoutError would mean the disagreement went unnoticed until the peers gave up.
+  const std::string prefix = server().next_group_prefix();
+  auto outcomes = testing::run_ranks(3, 60s, [&](int rank) {
+    auto comm =
+        create_communicator("gloo", server().connect_client(prefix), rank, 3, with_timeout(15s));
+    std::vector<float> data(kLargeFloats + (rank == 2 ? 1 : 0), 1.0f);
+    try {
+      comm->allreduce(data, ReduceOp::kSum);
+      require(false, "allreduce with mismatched sizes did not fail");
+    } catch (const TimeoutError& e) {
+      require(false, std::string("the mismatch surfaced only as a timeout: ") + e.what());
+    } catch (const CommError& e) {
+      const std::string what = e.what();
+      const std::string other = rank == 2 ? "x " + std::to_string(kLargeFloats) + ","
+                                          : "x " + std::to_string(kLargeFloats + 1) + ",";
+      require(what.find("issued allreduce(sum, float32 " + other) != std::string::npos,
+              "the error does not describe the other rank's call: " + what);
+    }
+    std::vector<float> after(4, 1.0f);
+    try {
+      comm->allreduce(after, ReduceOp::kSum);
+      require(false, "the communicator still ran a collective after a failed large one");
+    } catch (const CommError& e) {
+      require(std::string(e.what()).find("unusable") != std::string::npos, e.what());
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+TEST(GlooBackend, RanksWithDifferentAlgorithmSettingsFailClearly) {
+  // Rank 0 would run the ring, rank 1 the direct exchange: without the check rank 1 would
+  // reduce a payload rank 0 never sent.
+  const std::string prefix = server().next_group_prefix();
+  auto outcomes = testing::run_ranks(2, 60s, [&](int rank) {
+    setenv("DDP_GLOO_ALGORITHM", rank == 0 ? "ring" : "auto", 1);
+    auto comm =
+        create_communicator("gloo", server().connect_client(prefix), rank, 2, with_timeout(15s));
+    std::vector<float> data(100, 1.0f);
+    try {
+      comm->allreduce(data, ReduceOp::kSum);
+      require(false, "allreduce across different DDP_GLOO_ALGORITHM settings succeeded");
+    } catch (const TimeoutError& e) {
+      require(false, std::string("the disagreement surfaced only as a timeout: ") + e.what());
+    } catch (const CommError& e) {
+      require(std::string(e.what()).find("DDP_GLOO_ALGORITHM") != std::string::npos, e.what());
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+TEST(GlooBackend, UnknownAlgorithmIsAConfigError) {
+  const std::string prefix = server().next_group_prefix();
+  auto outcomes = testing::run_ranks(1, 30s, [&](int rank) {
+    setenv("DDP_GLOO_ALGORITHM", "halving", 1);
+    try {
+      create_communicator("gloo", server().connect_client(prefix), rank, 1);
+      require(false, "DDP_GLOO_ALGORITHM=halving was accepted");
+    } catch (const ConfigError& e) {
+      require(std::string(e.what()).find("gloo_ring") != std::string::npos, e.what());
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+}  // namespace
+}  // namespace ddp
