@@ -5,8 +5,9 @@
 // (busbw = algbw * 2(n-1)/n).
 //   allreduce_bench [--ranks=N] [--interleave=REGEX] [google benchmark flags]
 // --interleave runs only the variants whose names match REGEX, all of them once per iteration
-// in rotating order: the way to compare variants whose differences are smaller than this
-// machine's drift between benchmarks (see register_interleaved).
+// in shuffled order: the way to compare variants whose differences are smaller than this
+// machine's drift between benchmarks (see register_interleaved). bench/interleaved_table
+// summarises several such runs.
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -19,6 +20,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
+#include <random>
 #include <regex>
 #include <string>
 #include <vector>
@@ -83,9 +86,10 @@ double median_of(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-// One benchmark per size that runs every chosen variant once per iteration, starting with a
-// different one each time: a change of host placement, or a noisy neighbour, in the middle of
-// the size hits all variants alike, so their medians can be compared directly.
+// One benchmark per size that runs every chosen variant once per iteration, in a new order each
+// time: a change of host placement, or a noisy neighbour, in the middle of the size hits all
+// variants alike, and no variant always follows the same one (c10d leaves threads busy after
+// its ops), so their medians can be compared directly.
 void register_interleaved(const std::vector<VariantFactory>& factories,
                           const std::vector<std::unique_ptr<AllreduceVariant>>& variants,
                           float* data) {
@@ -97,15 +101,17 @@ void register_interleaved(const std::vector<VariantFactory>& factories,
           const std::size_t n = variants.size();
           for (auto& variant : variants) variant->prepare(data, bytes / sizeof(float));
           std::vector<std::vector<double>> seconds(n);
-          std::size_t round = 0;
+          std::vector<std::size_t> order(n);
+          std::iota(order.begin(), order.end(), 0);
+          // The same seed and the same binary on every rank: every rank draws the same order.
+          std::mt19937 shuffler(static_cast<unsigned>(bytes));
           for (auto _ : state) {
-            for (std::size_t k = 0; k < n; ++k) {
-              const std::size_t i = (round + k) % n;
+            std::shuffle(order.begin(), order.end(), shuffler);
+            for (std::size_t i : order) {
               const auto start = Clock::now();
               variants[i]->run();
               seconds[i].push_back(std::chrono::duration<double>(Clock::now() - start).count());
             }
-            ++round;
           }
           for (std::size_t i = 0; i < n; ++i) {
             state.counters[factories[i].name + "_p50_us"] = median_of(seconds[i]) * 1e6;
