@@ -2,6 +2,7 @@
 // op, dtype, reduction and algorithm at world sizes 1-8, and clear failures for mismatched or
 // missing ranks.
 #include "comm/collectives/collectives.h"
+#include "comm/collectives/ring.h"
 
 #include <gtest/gtest.h>
 
@@ -89,15 +90,19 @@ std::vector<NamedConfig> configs() {
   AlgorithmConfig ring_deep = ring_fine;
   ring_deep.chunk_bytes = 40;
   ring_deep.pipeline_depth = 5;
+  AlgorithmConfig ring_split = ring_deep;  // as the gloo backend cuts mid-sized blocks
+  ring_split.chunk_bytes = 1024;
+  ring_split.min_chunk_bytes = 24;
   return {{"auto", AlgorithmConfig{}},
           {"doubling", doubling},
           {"ring_fine", ring_fine},
-          {"ring_deep", ring_deep}};
+          {"ring_deep", ring_deep},
+          {"ring_split", ring_split}};
 }
 
 const std::vector<std::size_t> kCounts{0, 1, 2, 7, 33, 257, 4099};
 
-class FabricCollectives : public ::testing::TestWithParam<int> {};
+class Collectives : public ::testing::TestWithParam<int> {};
 
 // Every dtype with sum; every reduction with one float and one integer type.
 std::vector<std::pair<DataType, ReduceOp>> dtype_op_cases() {
@@ -112,7 +117,7 @@ std::vector<std::pair<DataType, ReduceOp>> dtype_op_cases() {
   return cases;
 }
 
-TEST_P(FabricCollectives, AllreduceIsExactForEveryDtypeOpAndAlgorithm) {
+TEST_P(Collectives, AllreduceIsExactForEveryDtypeOpAndAlgorithm) {
   const int n = GetParam();
   for (const auto& [name, config] : configs()) {
     for (auto [dtype, op] : dtype_op_cases()) {
@@ -136,7 +141,7 @@ TEST_P(FabricCollectives, AllreduceIsExactForEveryDtypeOpAndAlgorithm) {
   }
 }
 
-TEST_P(FabricCollectives, AllreduceGivesBitwiseIdenticalFloatsOnEveryRank) {
+TEST_P(Collectives, AllreduceGivesBitwiseIdenticalFloatsOnEveryRank) {
   const int n = GetParam();
   for (const auto& [name, config] : configs()) {
     SCOPED_TRACE(name);
@@ -156,7 +161,7 @@ TEST_P(FabricCollectives, AllreduceGivesBitwiseIdenticalFloatsOnEveryRank) {
   }
 }
 
-TEST_P(FabricCollectives, BroadcastDeliversTheRootsBufferFromEveryRoot) {
+TEST_P(Collectives, BroadcastDeliversTheRootsBufferFromEveryRoot) {
   const int n = GetParam();
   for (const auto& [name, config] : configs()) {
     for (DataType dtype : {DataType::kFloat32, DataType::kInt64, DataType::kFloat16}) {
@@ -179,7 +184,7 @@ TEST_P(FabricCollectives, BroadcastDeliversTheRootsBufferFromEveryRoot) {
   }
 }
 
-TEST_P(FabricCollectives, AllgatherPlacesEachRanksInputAtItsOffset) {
+TEST_P(Collectives, AllgatherPlacesEachRanksInputAtItsOffset) {
   const int n = GetParam();
   for (const auto& [name, config] : configs()) {
     for (DataType dtype : {DataType::kFloat64, DataType::kInt32, DataType::kBFloat16}) {
@@ -206,7 +211,7 @@ TEST_P(FabricCollectives, AllgatherPlacesEachRanksInputAtItsOffset) {
   }
 }
 
-TEST_P(FabricCollectives, ReduceScatterGivesEachRankItsReducedBlockAndKeepsTheInput) {
+TEST_P(Collectives, ReduceScatterGivesEachRankItsReducedBlockAndKeepsTheInput) {
   const int n = GetParam();
   for (const auto& [name, config] : configs()) {
     for (auto [dtype, op] : dtype_op_cases()) {
@@ -235,7 +240,7 @@ TEST_P(FabricCollectives, ReduceScatterGivesEachRankItsReducedBlockAndKeepsTheIn
   }
 }
 
-TEST_P(FabricCollectives, BarrierReleasesNoRankBeforeAllArrived) {
+TEST_P(Collectives, BarrierReleasesNoRankBeforeAllArrived) {
   const int n = GetParam();
   for (int round = 0; round < 20; ++round) {
     std::atomic<int> arrived{0};
@@ -250,7 +255,7 @@ TEST_P(FabricCollectives, BarrierReleasesNoRankBeforeAllArrived) {
   }
 }
 
-TEST_P(FabricCollectives, BackToBackOpsOfDifferentKindsStayApart) {
+TEST_P(Collectives, BackToBackOpsOfDifferentKindsStayApart) {
   const int n = GetParam();
   AlgorithmConfig config;
   config.chunk_bytes = 128;
@@ -272,7 +277,7 @@ TEST_P(FabricCollectives, BackToBackOpsOfDifferentKindsStayApart) {
   });
 }
 
-TEST_P(FabricCollectives, MessagesRespectTheTransportsSizeLimit) {
+TEST_P(Collectives, MessagesRespectTheTransportsSizeLimit) {
   const int n = GetParam();
   AlgorithmConfig config;
   config.ring_threshold_bytes = 0;
@@ -292,7 +297,7 @@ TEST_P(FabricCollectives, MessagesRespectTheTransportsSizeLimit) {
   }
 }
 
-TEST_P(FabricCollectives, AllreduceSendsAFewEagerMessagesInsteadOfOneLargeOne) {
+TEST_P(Collectives, AllreduceSendsAFewEagerMessagesInsteadOfOneLargeOne) {
   const int n = GetParam();
   if (n == 1) GTEST_SKIP() << "one rank sends nothing";
   AlgorithmConfig doubling;
@@ -325,10 +330,28 @@ TEST_P(FabricCollectives, AllreduceSendsAFewEagerMessagesInsteadOfOneLargeOne) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, FabricCollectives, ::testing::Values(1, 2, 3, 4, 5, 7, 8),
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 5, 7, 8),
                          [](const auto& info) { return "ranks" + std::to_string(info.param); });
 
-TEST(FabricCollectivesFailures, MismatchedSizesFailEveryRankWithCommError) {
+TEST(RingLayout, MidSizedBlocksAreCutIntoSeveralChunksWhenAMinimumIsSet) {
+  AlgorithmConfig config;
+  config.chunk_bytes = 4u << 20;
+  constexpr std::size_t kMiBFloats = (1u << 20) / 4;
+  // 2 ranks, 4 MiB: blocks of 2 MiB go as one chunk each, so nothing overlaps.
+  EXPECT_EQ(ring_layout(4 * kMiBFloats, DataType::kFloat32, 2, config, 1ull << 40).chunks_per_block,
+            1u);
+  config.min_chunk_bytes = 1u << 20;
+  const auto mid = ring_layout(4 * kMiBFloats, DataType::kFloat32, 2, config, 1ull << 40);
+  EXPECT_EQ(mid.chunks_per_block, 2u);  // four would be below the 1 MiB minimum
+  EXPECT_EQ(mid.max_chunk_bytes, 1u << 20);
+  const auto eight = ring_layout(16 * kMiBFloats, DataType::kFloat32, 2, config, 1ull << 40);
+  EXPECT_EQ(eight.chunks_per_block, 4u);  // 8 MiB blocks: four 2 MiB chunks
+  const auto large = ring_layout(64 * kMiBFloats, DataType::kFloat32, 2, config, 1ull << 40);
+  EXPECT_EQ(large.max_chunk_bytes, 4u << 20);  // large blocks keep the full chunk size
+  EXPECT_EQ(large.chunks_per_block, 8u);
+}
+
+TEST(CollectivesFailures, MismatchedSizesFailEveryRankWithCommError) {
   for (const auto& [name, config] : configs()) {
     for (int n : {2, 3, 4}) {
       SCOPED_TRACE(std::string(name) + " ranks " + std::to_string(n));
@@ -354,7 +377,7 @@ TEST(FabricCollectivesFailures, MismatchedSizesFailEveryRankWithCommError) {
   }
 }
 
-TEST(FabricCollectivesFailures, MissingRankTimesOutNamingAPeer) {
+TEST(CollectivesFailures, MissingRankTimesOutNamingAPeer) {
   const int n = 3;
   InMemoryNetwork fabric(n, std::chrono::milliseconds(300));
   std::vector<std::vector<float>> data(n, std::vector<float>(100, 1.0f));

@@ -32,6 +32,9 @@ TEST(OpHeader, PlanFingerprintFollowsTheSettingsThatShapeMessages) {
   AlgorithmConfig c = a;
   c.allreduce = AllreduceAlgorithm::kRing;
   EXPECT_NE(a.fingerprint(), c.fingerprint());
+  AlgorithmConfig d = a;
+  d.min_chunk_bytes = 4096;
+  EXPECT_NE(a.fingerprint(), d.fingerprint());
 }
 
 }  // namespace

@@ -19,9 +19,10 @@ namespace {
 using namespace std::chrono_literals;
 using testing::require;
 
-// Below and above the 256 KiB direct-exchange budget, odd so blocks and chunks are uneven.
+// Below and above the direct-exchange budget (1 MiB sent per rank, so 512 KiB per payload on 3
+// ranks), odd so blocks and chunks are uneven: ~7 MiB gives 3 ranks ring blocks of three chunks.
 constexpr std::size_t kSmallFloats = 1001;
-constexpr std::size_t kLargeFloats = (3u << 20) / 4 + 13;  // ~3 MiB: several 1 MiB ring chunks
+constexpr std::size_t kLargeFloats = (7u << 20) / 4 + 13;
 
 testing::TestStoreServer& server() {
   static testing::TestStoreServer instance;

@@ -22,7 +22,8 @@ const char* to_string(AllreduceAlgorithm algorithm) {
 
 std::uint64_t AlgorithmConfig::fingerprint() const {
   std::uint64_t hash = static_cast<std::uint64_t>(allreduce);
-  for (std::uint64_t value : {std::uint64_t{ring_threshold_bytes}, std::uint64_t{chunk_bytes}}) {
+  for (std::uint64_t value : {std::uint64_t{ring_threshold_bytes}, std::uint64_t{chunk_bytes},
+                              std::uint64_t{min_chunk_bytes}}) {
     hash = (hash ^ value) * 0x100000001b3ULL;
   }
   return hash;

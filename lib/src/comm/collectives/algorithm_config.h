@@ -19,6 +19,10 @@ struct AlgorithmConfig {
   std::size_t ring_threshold_bytes = 64 * 1024;
   // DDP_FABRIC_CHUNK_BYTES: the pipeline unit of the ring and the chain.
   std::size_t chunk_bytes = 256 * 1024;
+  // When set, a ring block smaller than kMinChunksPerBlock chunks is cut into that many chunks,
+  // down to this size, so that mid-sized buffers still pipeline (0: chunks are chunk_bytes).
+  std::size_t min_chunk_bytes = 0;
+  static constexpr std::size_t kMinChunksPerBlock = 4;
   // DDP_FABRIC_PIPELINE_DEPTH: receives kept posted ahead of the one being reduced.
   int pipeline_depth = 4;
 

@@ -23,7 +23,11 @@ RingLayout ring_layout(std::size_t count, DataType dtype, int ranks, const Algor
   const std::size_t esize = element_size(dtype);
   const std::size_t block_elems = ceil_div(count, static_cast<std::size_t>(ranks));
   const std::size_t block_bytes = block_elems * esize;
-  const std::size_t unit = std::min(config.chunk_bytes, max_message_bytes);
+  std::size_t unit = std::min(config.chunk_bytes, max_message_bytes);
+  if (config.min_chunk_bytes > 0 && config.min_chunk_bytes < unit) {
+    unit =
+        std::clamp(block_bytes / AlgorithmConfig::kMinChunksPerBlock, config.min_chunk_bytes, unit);
+  }
   std::size_t chunks = std::max<std::size_t>(1, ceil_div(block_bytes, std::max(unit, esize)));
   chunks = std::min(chunks, std::max<std::size_t>(1, block_elems));
   return {chunks, ceil_div(block_elems, chunks) * esize};
