@@ -35,31 +35,36 @@ CommOptions with_timeout(std::chrono::milliseconds timeout) {
   return options;
 }
 
+// Exact results of every collective on `n` floats (n may be 0, or below the world size, where
+// the ring sends empty messages).
 void check_every_collective(Communicator& comm, std::size_t n) {
   const int size = comm.size();
   const int rank = comm.rank();
+  const std::string where = " of " + std::to_string(n) + " floats";
   std::vector<float> data(n);
   for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<float>((rank + 1) * (i % 5 + 1));
   comm.allreduce(data, ReduceOp::kSum);
   for (std::size_t i = 0; i < n; ++i) {
     require(data[i] == static_cast<float>(size * (size + 1) / 2 * (i % 5 + 1)),
-            "allreduce of " + std::to_string(n) + " floats wrong at " + std::to_string(i));
+            "allreduce" + where + " wrong at " + std::to_string(i));
   }
   std::vector<float> avg(n, static_cast<float>(2 * rank));
   comm.allreduce(avg, ReduceOp::kAvg);
-  require(avg[n - 1] == static_cast<float>(size - 1), "allreduce avg");
+  for (float v : avg) require(v == static_cast<float>(size - 1), "allreduce avg" + where);
 
   std::vector<float> root_data(n, static_cast<float>(rank));
   comm.broadcast(root_data, size - 1);
-  require(root_data[0] == size - 1 && root_data[n - 1] == size - 1, "broadcast");
+  for (float v : root_data) require(v == size - 1, "broadcast" + where);
 
   std::vector<float> mine(n, static_cast<float>(rank)), all(n * size);
   comm.allgather(mine, all);
-  for (int r = 0; r < size; ++r) require(all[r * n + n / 2] == r, "allgather block");
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    require(all[i] == static_cast<float>(i / n), "allgather" + where);
+  }
 
   std::vector<float> whole(n * size, 1.0f), block(n);
   comm.reduce_scatter(whole, block, ReduceOp::kSum);
-  require(block[0] == size && block[n - 1] == size, "reduce_scatter");
+  for (float v : block) require(v == size, "reduce_scatter" + where);
 }
 
 class GlooAlgorithm : public ::testing::TestWithParam<const char*> {};
@@ -71,7 +76,10 @@ TEST_P(GlooAlgorithm, EveryCollectiveIsExactAtEverySize) {
     setenv("DDP_GLOO_ALGORITHM", algorithm.c_str(), 1);
     auto comm =
         create_communicator("gloo", server().connect_client(prefix), rank, 3, with_timeout(20s));
-    for (std::size_t n : {kSmallFloats, kLargeFloats}) check_every_collective(*comm, n);
+    for (std::size_t n :
+         {std::size_t{0}, std::size_t{1}, std::size_t{2}, kSmallFloats, kLargeFloats}) {
+      check_every_collective(*comm, n);
+    }
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(outcomes)) << "DDP_GLOO_ALGORITHM=" << algorithm;
 }
@@ -128,6 +136,17 @@ TEST(GlooBackend, RanksWithDifferentAlgorithmSettingsFailClearly) {
     } catch (const CommError& e) {
       require(std::string(e.what()).find("DDP_GLOO_ALGORITHM") != std::string::npos, e.what());
     }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+TEST(GlooBackend, AutoAndDirectAreTheSameSetting) {
+  const std::string prefix = server().next_group_prefix();
+  auto outcomes = testing::run_ranks(2, 60s, [&](int rank) {
+    setenv("DDP_GLOO_ALGORITHM", rank == 0 ? "direct" : "auto", 1);
+    auto comm =
+        create_communicator("gloo", server().connect_client(prefix), rank, 2, with_timeout(15s));
+    for (std::size_t n : {kSmallFloats, kLargeFloats}) check_every_collective(*comm, n);
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
 }

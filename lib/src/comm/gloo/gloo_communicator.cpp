@@ -22,12 +22,12 @@ namespace {
 // Up to this many bytes sent per rank (payload x peers), the direct exchange beats the ring:
 // one round of messages instead of 2(P-1) steps. Measured with allreduce_bench --interleave,
 // 2 ranks, 1 MiB: 1.39 and 1.42 ms through the exchange, 1.62 and 1.52 ms through the ring.
-// Each rank keeps two receive slots per peer of budget / peers bytes (4 MiB on 2 ranks).
+// Each rank keeps two receive slots per peer of budget / peers bytes (2 MiB in all).
 constexpr std::size_t kDirectExchangeBudget = 1024 * 1024;
 // The ring's pipeline unit on gloo's pairs. Every message costs gloo a notification and a
 // wake-up of the waiting thread, so chunks are larger than on libfabric. Measured with
 // allreduce_bench --interleave, 2 ranks: 64 MiB took 56-65 ms in 4 MiB chunks, 63-76 ms in 2 or
-// 16 MiB chunks and 79-87 ms in 1 MiB chunks. A block of a few MiB is still cut into four
+// 16 MiB chunks and 79-87 ms in 1 MiB chunks. A block of a few MiB is still cut into up to four
 // chunks of at least 1 MiB: 4 MiB took 5.2 ms that way and 6.0 ms as one chunk per block.
 constexpr std::size_t kRingChunkBytes = 4u << 20;
 constexpr std::size_t kRingMinChunkBytes = 1u << 20;
@@ -121,8 +121,12 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
   try {
     // Posts the first receives: a peer that already failed and closed its connection shows
     // here, and must be reported as a communication error like any later one.
+    // auto and direct behave alike, so they make the same plan.
+    const auto planned = forced_algorithm_ == GlooAllreduceAlgorithm::kDirect
+                             ? GlooAllreduceAlgorithm::kAuto
+                             : forced_algorithm_;
     const std::uint64_t plan =
-        collectives_config_.fingerprint() * 31 + static_cast<std::uint64_t>(forced_algorithm_);
+        collectives_config_.fingerprint() * 31 + static_cast<std::uint64_t>(planned);
     exchange_ = std::make_unique<GlooDirectExchange>(context_, direct_budget_, plan);
   } catch (const gloo::Exception& e) {
     throw CommError("connect", rank, -1,
@@ -177,9 +181,10 @@ void GlooCommunicator::poison(const std::string& cause) {
   if (failure_.empty()) failure_ = cause;
   if (!context_) return;
   // The op's buffers go first, so gloo can no longer write into them; then the pairs, which
-  // close with the last owner of the context. Their sockets close gracefully (gloo's own
-  // closeConnections resets them instead): a peer still reads what this rank sent, such as its
-  // signature, before the end of the stream, so it reports the same mismatch.
+  // close with the last owner of the context. Their sockets close with a FIN where gloo's own
+  // closeConnections would reset them, so a peer normally still reads what this rank sent, its
+  // signature first, and reports the same mismatch (unread data on a socket still turns the
+  // close into a reset).
   transport_->abandon();
   transport_.reset();
   exchange_.reset();

@@ -34,17 +34,23 @@ GlooDirectExchange::GlooDirectExchange(std::shared_ptr<gloo::Context> context,
       // (the budget divided by the peer count is often odd).
       slot_bytes_((sizeof(CollectiveSignature) + max_payload_bytes + 63) / 64 * 64),
       send_storage_(slot_bytes_),
-      recv_storage_(2 * slot_bytes_ * context_->size) {
+      recv_storage_(2 * slot_bytes_ * static_cast<std::size_t>(std::max(context_->size - 1, 1))) {
   send_buffer_ = context_->createUnboundBuffer(send_storage_.data(), send_storage_.size());
   recv_buffer_ = context_->createUnboundBuffer(recv_storage_.data(), recv_storage_.size());
   // Every rank constructs its exchange at the same point, so the slots agree.
-  post_receives(0, context_->nextSlot());
+  post_receives(0, next_slot_++);
 }
 
 GlooDirectExchange::~GlooDirectExchange() = default;
 
+std::size_t GlooDirectExchange::slot_offset(int half, int peer) const {
+  const int peers = std::max(context_->size - 1, 1);
+  const int index = peer < context_->rank ? peer : peer - 1;  // no slot for this rank itself
+  return slot_bytes_ * static_cast<std::size_t>(half * peers + index);
+}
+
 char* GlooDirectExchange::slot_of(int half, int peer) const {
-  return const_cast<char*>(recv_storage_.data()) + slot_bytes_ * (half * context_->size + peer);
+  return const_cast<char*>(recv_storage_.data()) + slot_offset(half, peer);
 }
 
 const void* GlooDirectExchange::payload_of(int peer) const {
@@ -56,7 +62,7 @@ const void* GlooDirectExchange::payload_of(int peer) const {
 void GlooDirectExchange::post_receives(int half, std::uint64_t slot) {
   for (int peer = 0; peer < context_->size; ++peer) {
     if (peer == context_->rank) continue;
-    recv_buffer_->recv(peer, slot, slot_bytes_ * (half * context_->size + peer), slot_bytes_);
+    recv_buffer_->recv(peer, slot, slot_offset(half, peer), slot_bytes_);
   }
   current_half_ = half;
   posted_slot_ = slot;
@@ -95,7 +101,7 @@ void GlooDirectExchange::finish(Clock::time_point deadline) {
   for (int i = 0; i < size - 1; ++i) send_buffer_->waitSend(nullptr, remaining(deadline));
   last_half_ = half;
   try {
-    post_receives(1 - half, context_->nextSlot());
+    post_receives(1 - half, next_slot_++);
   } catch (const std::exception&) {
     deferred_error_ = std::current_exception();
   }

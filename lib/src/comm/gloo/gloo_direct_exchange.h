@@ -54,6 +54,7 @@ class GlooDirectExchange {
   // half of the receive storage: gloo holds a send back until the receiver has posted its
   // receive, so posting early saves that notification on every small collective.
   void post_receives(int half, std::uint64_t slot);
+  std::size_t slot_offset(int half, int peer) const;
   char* slot_of(int half, int peer) const;
 
   std::shared_ptr<gloo::Context> context_;
@@ -68,6 +69,10 @@ class GlooDirectExchange {
   std::uint64_t posted_slot_ = 0;
   int last_half_ = 0;  // where the last run() received
   std::uint64_t next_sequence_ = 0;
+  // gloo slots of the exchanges: a counter of its own (gloo's nextSlot() is an int and would
+  // overflow in a long job), from 2^62, clear of gloo's collectives (below 2^60) and of
+  // GlooPeerTransport's slots (bit 63 set).
+  std::uint64_t next_slot_ = std::uint64_t{1} << 62;
   CollectiveSignature sent_;  // what the current start() sent
   // Posting early can fail because a peer already left after the last collective: that is
   // only an error if another collective follows, so it is raised by the next run().

@@ -6,8 +6,10 @@
 // a slot works like a libfabric tag. Each op's messages use slots derived from a hash of its
 // signature (kind, type, count, op, sequence) and plan: ranks that disagree on the collective
 // never match each other's data, and no message can be longer than the receive it lands in
-// (gloo aborts the process on that). The signatures themselves travel in the direct exchange,
-// started by begin_op and checked at the op's first wait, so checking costs no extra round.
+// (gloo aborts the process on that). gloo would quietly complete a receive with a shorter
+// message, which cannot happen either: everything that sizes messages is in the hash. The
+// signatures themselves travel in the direct exchange, started by begin_op and checked at the
+// op's first wait, so checking costs no extra round.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -44,8 +46,9 @@ class GlooPeerTransport final : public collectives::PeerTransport {
   std::size_t max_message_bytes() const override { return std::size_t{1} << 40; }
   std::size_t eager_message_bytes() const override { return 0; }
 
-  // Forgets the op's requests without waiting for them. Only safe once the connections are
-  // closed, so that nothing can still land in their memory (see GlooCommunicator::poison).
+  // Forgets the op's requests without waiting for them: once a request's gloo buffer is gone,
+  // gloo no longer reads or writes its memory. The pairs must close right after (see
+  // GlooCommunicator::poison): a message for a forgotten receive would sit in its stream.
   void abandon();
 
  private:
