@@ -276,7 +276,10 @@ void GlooCommunicator::do_broadcast(Buffer buffer, int root) {
     const bool sender = rank() == root;
     exchange(CollectiveKind::kBroadcast, buffer, static_cast<std::uint32_t>(root),
              sender ? buffer.data : nullptr, sender ? buffer.bytes() : 0);
-    if (!sender) std::memcpy(buffer.data, exchange_->payload_of(root), buffer.bytes());
+    // An empty buffer may have no storage at all: memcpy must not see its null pointer.
+    if (!sender && buffer.count > 0) {
+      std::memcpy(buffer.data, exchange_->payload_of(root), buffer.bytes());
+    }
   });
 }
 
@@ -292,6 +295,7 @@ void GlooCommunicator::do_allgather(Buffer input, Buffer output) {
   }
   guarded("allgather", [&] {
     exchange(CollectiveKind::kAllgather, input, 0, input.data, input.bytes());
+    if (input.count == 0) return;  // empty buffers may have no storage
     for (int peer = 0; peer < size(); ++peer) {
       std::memcpy(static_cast<char*>(output.data) + input.bytes() * peer,
                   exchange_->payload_of(peer), input.bytes());
