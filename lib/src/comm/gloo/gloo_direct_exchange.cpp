@@ -14,18 +14,17 @@ namespace {
 static_assert(sizeof(CollectiveSignature) % 8 == 0,
               "payloads follow the signature in a slot: keep them 8-byte aligned");
 
-std::chrono::milliseconds remaining(GlooDirectExchange::Clock::time_point deadline) {
+}  // namespace
+
+std::chrono::milliseconds gloo_wait_budget(std::chrono::steady_clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - GlooDirectExchange::Clock::now());
+      deadline - std::chrono::steady_clock::now());
   return std::max(left, std::chrono::milliseconds(1));
 }
-
-}  // namespace
 
 GlooDirectExchange::GlooDirectExchange(std::shared_ptr<gloo::Context> context,
                                        std::size_t max_payload_bytes, std::uint64_t plan)
     : context_(std::move(context)),
-      max_payload_(max_payload_bytes),
       plan_(plan),
       // Every receive is posted with the full slot size, so a peer that sends more than this
       // rank expects still lands inside the slot and is reported as a mismatch (gloo aborts
@@ -97,8 +96,8 @@ void GlooDirectExchange::finish(Clock::time_point deadline) {
   const int rank = context_->rank;
   const int size = context_->size;
   const int half = current_half_;
-  for (int i = 0; i < size - 1; ++i) recv_buffer_->waitRecv(nullptr, remaining(deadline));
-  for (int i = 0; i < size - 1; ++i) send_buffer_->waitSend(nullptr, remaining(deadline));
+  for (int i = 0; i < size - 1; ++i) recv_buffer_->waitRecv(nullptr, gloo_wait_budget(deadline));
+  for (int i = 0; i < size - 1; ++i) send_buffer_->waitSend(nullptr, gloo_wait_budget(deadline));
   last_half_ = half;
   try {
     post_receives(1 - half, next_slot_++);

@@ -21,6 +21,10 @@ class UnboundBuffer;
 
 namespace ddp::detail {
 
+// What is left of `deadline`, as the timeout of a gloo wait (at least 1 ms). Shared by the
+// exchange and GlooPeerTransport.
+std::chrono::milliseconds gloo_wait_budget(std::chrono::steady_clock::time_point deadline);
+
 class GlooDirectExchange {
  public:
   // Payloads up to `max_payload_bytes` travel in the exchange itself. Every signature sent
@@ -28,8 +32,6 @@ class GlooDirectExchange {
   GlooDirectExchange(std::shared_ptr<gloo::Context> context, std::size_t max_payload_bytes,
                      std::uint64_t plan);
   ~GlooDirectExchange();
-
-  std::size_t max_payload_bytes() const { return max_payload_; }
 
   using Clock = std::chrono::steady_clock;
 
@@ -58,7 +60,6 @@ class GlooDirectExchange {
   char* slot_of(int half, int peer) const;
 
   std::shared_ptr<gloo::Context> context_;
-  std::size_t max_payload_;
   std::uint64_t plan_;
   std::size_t slot_bytes_;
   std::vector<char> send_storage_;

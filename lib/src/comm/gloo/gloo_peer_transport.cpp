@@ -35,12 +35,6 @@ std::uint64_t op_hash(const CollectiveSignature& s, std::uint64_t plan) {
   return hash;
 }
 
-std::chrono::milliseconds remaining(std::chrono::steady_clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
-  return std::max(left, std::chrono::milliseconds(1));
-}
-
 }  // namespace
 
 GlooPeerTransport::GlooPeerTransport(std::shared_ptr<gloo::Context> context,
@@ -89,7 +83,7 @@ void GlooPeerTransport::posting(Fn&& fn) {
 void GlooPeerTransport::end_op() {
   check_signatures();
   for (std::size_t i = 0; i < pending_.size(); ++i) {
-    if (!pending_[i].done) wait(static_cast<Request>(i));
+    if (pending_[i].buffer) wait(static_cast<Request>(i));
   }
   pending_.clear();
 }
@@ -108,7 +102,7 @@ GlooPeerTransport::Request GlooPeerTransport::send(int peer, std::uint32_t index
   // gloo only reads from a send buffer; its interface is not const-correct.
   auto buffer = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
   posting([&] { buffer->send(peer, slot_of(index), 0, bytes); });
-  pending_.push_back({std::move(buffer), true, false});
+  pending_.push_back({std::move(buffer), true});
   return static_cast<Request>(pending_.size() - 1);
 }
 
@@ -116,7 +110,7 @@ GlooPeerTransport::Request GlooPeerTransport::recv(int peer, std::uint32_t index
                                                    std::size_t bytes) {
   auto buffer = context_->createUnboundBuffer(data, bytes);
   posting([&] { buffer->recv(peer, slot_of(index), 0, bytes); });
-  pending_.push_back({std::move(buffer), false, false});
+  pending_.push_back({std::move(buffer), false});
   return static_cast<Request>(pending_.size() - 1);
 }
 
@@ -126,12 +120,11 @@ void GlooPeerTransport::wait(Request request) {
   check_signatures();
   Pending& p = pending_.at(request);
   if (p.is_send) {
-    p.buffer->waitSend(nullptr, remaining(deadline_));
+    p.buffer->waitSend(nullptr, gloo_wait_budget(deadline_));
   } else {
-    p.buffer->waitRecv(nullptr, remaining(deadline_));
+    p.buffer->waitRecv(nullptr, gloo_wait_budget(deadline_));
   }
-  p.done = true;
-  p.buffer.reset();
+  p.buffer.reset();  // marks the request done
 }
 
 void GlooPeerTransport::abandon() {

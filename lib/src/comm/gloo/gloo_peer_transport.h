@@ -53,9 +53,8 @@ class GlooPeerTransport final : public collectives::PeerTransport {
 
  private:
   struct Pending {
-    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;  // null once waited for
     bool is_send = false;
-    bool done = false;
   };
   std::uint64_t slot_of(std::uint32_t index) const;
   // Waits for every peer's signature of this op and checks it, once per op.
