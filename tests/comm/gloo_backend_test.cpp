@@ -1,5 +1,5 @@
 // What the gloo backend adds to the conformance suite: every DDP_GLOO_ALGORITHM gives exact
-// results on both sides of the direct-exchange budget, and a disagreement on a large collective,
+// results at sizes that take each of the backend's paths, and a disagreement on a large collective,
 // whose data runs over the shared collectives, is reported as the mismatch it is (not as a
 // timeout), after which the communicator refuses further work.
 #include <chrono>
@@ -19,9 +19,12 @@ namespace {
 using namespace std::chrono_literals;
 using testing::require;
 
-// Below and above the direct-exchange budget (1 MiB sent per rank, so 512 KiB per payload on 3
-// ranks), odd so blocks and chunks are uneven: ~7 MiB gives 3 ranks ring blocks of three chunks.
+// One size for each way the backend moves data, odd so pieces, blocks and chunks are uneven:
+// inside the direct exchange in one piece (up to 64 KiB) and in several (up to 512 KiB per
+// payload on 3 ranks; broadcasts this size take the chain); the ring (~7 MiB gives 3 ranks ring
+// blocks of three chunks).
 constexpr std::size_t kSmallFloats = 1001;
+constexpr std::size_t kMidFloats = 100003;
 constexpr std::size_t kLargeFloats = (7u << 20) / 4 + 13;
 
 testing::TestStoreServer& server() {
@@ -77,7 +80,7 @@ TEST_P(GlooAlgorithm, EveryCollectiveIsExactAtEverySize) {
     auto comm =
         create_communicator("gloo", server().connect_client(prefix), rank, 3, with_timeout(20s));
     for (std::size_t n :
-         {std::size_t{0}, std::size_t{1}, std::size_t{2}, kSmallFloats, kLargeFloats}) {
+         {std::size_t{0}, std::size_t{1}, std::size_t{2}, kSmallFloats, kMidFloats, kLargeFloats}) {
       check_every_collective(*comm, n);
     }
   });
@@ -146,7 +149,7 @@ TEST(GlooBackend, AutoAndDirectAreTheSameSetting) {
     setenv("DDP_GLOO_ALGORITHM", rank == 0 ? "direct" : "auto", 1);
     auto comm =
         create_communicator("gloo", server().connect_client(prefix), rank, 2, with_timeout(15s));
-    for (std::size_t n : {kSmallFloats, kLargeFloats}) check_every_collective(*comm, n);
+    for (std::size_t n : {kSmallFloats, kMidFloats, kLargeFloats}) check_every_collective(*comm, n);
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
 }

@@ -7,6 +7,7 @@
 #include <gloo/allreduce.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
 
 #include "comm/collectives/collectives.h"
 #include "comm/gloo/gloo_device.h"
@@ -37,7 +38,8 @@ collectives::AlgorithmConfig collectives_config(GlooAllreduceAlgorithm forced) {
   config.allreduce = forced == GlooAllreduceAlgorithm::kRing
                          ? collectives::AllreduceAlgorithm::kRing
                          : collectives::AllreduceAlgorithm::kAuto;
-  // The collectives only see payloads the direct exchange could not carry: always the ring.
+  // The collectives only see payloads the direct exchange could not carry: always the ring
+  // (and the pipelined chain for broadcasts).
   config.ring_threshold_bytes = 0;
   config.chunk_bytes = kRingChunkBytes;
   config.min_chunk_bytes = kRingMinChunkBytes;
@@ -68,6 +70,24 @@ void reduce_in_rank_order(ReduceFn reduce, void* out, std::size_t count, int siz
   for (int peer = 2; peer < size; ++peer) reduce(out, out, payload_of(peer), count);
 }
 
+// A full mesh of gloo pairs over `store`, with errors that say what to check.
+std::shared_ptr<gloo::rendezvous::Context> connect_mesh(
+    gloo::rendezvous::Store& store, std::shared_ptr<gloo::transport::Device> device, int rank,
+    int size, std::chrono::milliseconds timeout) {
+  auto mesh = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  mesh->setTimeout(timeout);
+  try {
+    mesh->connectFullMesh(store, device);
+  } catch (const ddp::Error& e) {
+    throw CommError("connect", rank, -1, std::string("gloo rendezvous failed: ") + e.what());
+  } catch (const std::exception& e) {
+    throw CommError("connect", rank, -1,
+                    "gloo could not connect the full mesh: " + first_line(e.what()) +
+                        "; check that every rank is running and that the chosen interface "
+                        "(DDP_SOCKET_IFNAME) reaches the others");
+  }
+  return mesh;
+}
 }  // namespace
 
 GlooAllreduceAlgorithm gloo_algorithm_from_env() {
@@ -105,29 +125,19 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
       collectives_config_(collectives_config(forced_algorithm_)) {
   ignore_sigpipe_unless_handled();
   auto device = make_gloo_device(store->endpoint_host());
-  context_ = std::make_shared<gloo::rendezvous::Context>(rank, size);
-  context_->setTimeout(options.timeout);
   GlooStoreBridge bridge(store);
+  context_ = connect_mesh(bridge, device, rank, size, options.timeout);
+  // The direct exchange gets a mesh of its own: it puts its pairs in synchronous mode.
+  gloo::rendezvous::PrefixStore exchange_store("exchange", bridge);
+  exchange_mesh_ = connect_mesh(exchange_store, device, rank, size, options.timeout);
   try {
-    context_->connectFullMesh(bridge, device);
-  } catch (const ddp::Error& e) {
-    throw CommError("connect", rank, -1, std::string("gloo rendezvous failed: ") + e.what());
-  } catch (const std::exception& e) {
-    throw CommError("connect", rank, -1,
-                    "gloo could not connect the full mesh: " + first_line(e.what()) +
-                        "; check that every rank is running and that the chosen interface "
-                        "(DDP_SOCKET_IFNAME) reaches the others");
-  }
-  try {
-    // Posts the first receives: a peer that already failed and closed its connection shows
-    // here, and must be reported as a communication error like any later one.
     // auto and direct behave alike, so they make the same plan.
     const auto planned = forced_algorithm_ == GlooAllreduceAlgorithm::kDirect
                              ? GlooAllreduceAlgorithm::kAuto
                              : forced_algorithm_;
     const std::uint64_t plan =
         collectives_config_.fingerprint() * 31 + static_cast<std::uint64_t>(planned);
-    exchange_ = std::make_unique<GlooDirectExchange>(context_, direct_budget_, plan);
+    exchange_ = std::make_unique<GlooDirectExchange>(exchange_mesh_, direct_budget_, plan);
   } catch (const gloo::Exception& e) {
     throw CommError("connect", rank, -1,
                     first_line(e.what()) +
@@ -151,7 +161,10 @@ void GlooCommunicator::guarded(const char* op, Fn&& fn) {
     fn();
   } catch (const gloo::IoException& e) {
     failure_ = first_line(e.what());
-    if (failure_.find("Timed out") != std::string::npos) {
+    // "Timed out" from the asynchronous pairs, "Read timeout"/"Write timeout" from the
+    // exchange's synchronous ones.
+    if (failure_.find("Timed out") != std::string::npos ||
+        failure_.find(" timeout") != std::string::npos) {
       throw TimeoutError(op, rank(), -1,
                          "no progress within the " + std::to_string(timeout().count()) +
                              " ms timeout (" + failure_ +
@@ -181,21 +194,23 @@ void GlooCommunicator::poison(const std::string& cause) {
   if (failure_.empty()) failure_ = cause;
   if (!context_) return;
   // The op's buffers go first, so gloo can no longer write into them; then the pairs, which
-  // close with the last owner of the context. Their sockets close with a FIN where gloo's own
+  // close with the last owner of their mesh. Their sockets close with a FIN where gloo's own
   // closeConnections would reset them, so a peer normally still reads what this rank sent, its
   // signature first, and reports the same mismatch (unread data on a socket still turns the
-  // close into a reset).
+  // close into a reset). The transport's receive scratch is freed last: closing a pair takes
+  // the lock under which gloo's device thread reads into it.
   transport_->abandon();
-  transport_.reset();
   exchange_.reset();
+  exchange_mesh_.reset();
   context_.reset();
+  transport_.reset();
 }
 
 void GlooCommunicator::exchange(CollectiveKind kind, const Buffer& buffer, std::uint32_t detail,
                                 const void* payload, std::size_t payload_bytes) {
   // The exchange stamps the sequence number.
   const auto signature = CollectiveSignature::make(kind, buffer.dtype, buffer.count, detail, 0);
-  exchange_->run(signature, payload, payload_bytes, timeout());
+  exchange_->run(signature, payload, payload_bytes);
 }
 
 GlooAllreduceAlgorithm GlooCommunicator::choose_allreduce_algorithm(std::size_t bytes) const {
@@ -229,7 +244,7 @@ void GlooCommunicator::do_allreduce(Buffer buffer, ReduceOp op) {
                [&] { collectives::allreduce(*transport_, buffer, op, collectives_config_); });
     return;
   }
-  guarded("allreduce", [&] {
+  collective("allreduce", [&] {
     if (algorithm == GlooAllreduceAlgorithm::kDirect) {
       exchange(CollectiveKind::kAllreduce, buffer, static_cast<std::uint32_t>(op), buffer.data,
                buffer.bytes());
@@ -267,12 +282,14 @@ void GlooCommunicator::gloo_allreduce(Buffer buffer, ReduceOp op,
 
 void GlooCommunicator::do_broadcast(Buffer buffer, int root) {
   if (size() == 1) return;
-  if (buffer.bytes() > direct_budget_) {
+  // Only the root sends a payload, so it must fit one piece of the exchange (see
+  // GlooDirectExchange::kPieceBytes).
+  if (buffer.bytes() > GlooDirectExchange::kPieceBytes) {
     collective("broadcast",
                [&] { collectives::broadcast(*transport_, buffer, root, collectives_config_); });
     return;
   }
-  guarded("broadcast", [&] {
+  collective("broadcast", [&] {
     const bool sender = rank() == root;
     exchange(CollectiveKind::kBroadcast, buffer, static_cast<std::uint32_t>(root),
              sender ? buffer.data : nullptr, sender ? buffer.bytes() : 0);
@@ -293,7 +310,7 @@ void GlooCommunicator::do_allgather(Buffer input, Buffer output) {
                [&] { collectives::allgather(*transport_, input, output, collectives_config_); });
     return;
   }
-  guarded("allgather", [&] {
+  collective("allgather", [&] {
     exchange(CollectiveKind::kAllgather, input, 0, input.data, input.bytes());
     if (input.count == 0) return;  // empty buffers may have no storage
     for (int peer = 0; peer < size(); ++peer) {
@@ -315,7 +332,7 @@ void GlooCommunicator::do_reduce_scatter(Buffer input, Buffer output, ReduceOp o
     });
     return;
   }
-  guarded("reduce_scatter", [&] {
+  collective("reduce_scatter", [&] {
     exchange(CollectiveKind::kReduceScatter, output, static_cast<std::uint32_t>(op), input.data,
              input.bytes());
     const std::size_t offset = output.bytes() * rank();
@@ -329,7 +346,7 @@ void GlooCommunicator::do_reduce_scatter(Buffer input, Buffer output, ReduceOp o
 void GlooCommunicator::do_barrier() {
   if (size() == 1) return;
   // No rank leaves the exchange before it has heard from every other rank.
-  guarded("barrier", [&] { exchange(CollectiveKind::kBarrier, Buffer(), 0, nullptr, 0); });
+  collective("barrier", [&] { exchange(CollectiveKind::kBarrier, Buffer(), 0, nullptr, 0); });
 }
 
 }  // namespace ddp::detail

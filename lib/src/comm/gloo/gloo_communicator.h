@@ -1,9 +1,10 @@
 #pragma once
-// The Gloo-over-TCP backend: gloo's rendezvous and TCP transport, a full mesh of pairs.
+// The Gloo-over-TCP backend: gloo's rendezvous and TCP transport, two full meshes of pairs.
 // Every collective sends its signature to every peer in a direct exchange (see
-// GlooDirectExchange). Small collectives travel inside that single exchange; large ones run the
-// shared collectives (the fabric backend's ring, chain and so on) over gloo's pairs, with the
-// signatures checked at their first wait (see GlooPeerTransport).
+// GlooDirectExchange), which has a mesh of its own. Payloads up to a budget travel inside that
+// exchange; larger ones run the shared collectives (the fabric backend's ring, chain and so
+// on) over the other mesh, with the signatures checked at their first wait (see
+// GlooPeerTransport).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,7 +24,7 @@ namespace ddp::detail {
 
 enum class GlooAllreduceAlgorithm {
   kAuto,      // direct while the payload fits the exchange, else ring
-  kDirect,    // the same: direct where it fits (larger payloads cannot travel that way)
+  kDirect,    // the same (larger payloads cannot travel in the exchange)
   kRing,      // the shared pipelined ring over gloo's pairs, at every size
   kGlooRing,  // gloo::allreduce's ring, at every size
   kBcube,     // gloo::allreduce's bcube, at every size
@@ -55,8 +56,8 @@ class GlooCommunicator final : public Communicator {
   // first failure: after it the mesh is unusable and later calls fail at once.
   template <typename Fn>
   void guarded(const char* op, Fn&& fn);
-  // guarded() for the shared collectives: any failure also poisons the mesh, since the failed
-  // op may still have messages in flight into the caller's memory.
+  // guarded() that also poisons the meshes on any failure: the failed op may still have
+  // messages in flight into the caller's memory, and the exchange's streams are out of step.
   template <typename Fn>
   void collective(const char* op, Fn&& fn);
   // Remembers `cause` and closes every connection: nothing can land in memory this rank no
@@ -70,7 +71,8 @@ class GlooCommunicator final : public Communicator {
   // Reduces every rank's exchanged payload, in rank order, into `out`.
   void reduce_exchanged(Buffer out, ReduceOp op) const;
 
-  std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;        // the shared collectives' mesh
+  std::shared_ptr<gloo::rendezvous::Context> exchange_mesh_;  // the direct exchange's own
   std::size_t direct_budget_;  // payload bytes that travel inside the direct exchange
   std::unique_ptr<GlooDirectExchange> exchange_;
   std::unique_ptr<GlooPeerTransport> transport_;

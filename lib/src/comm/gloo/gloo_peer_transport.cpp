@@ -1,5 +1,7 @@
 #include "comm/gloo/gloo_peer_transport.h"
 
+#include <algorithm>
+
 #include <gloo/common/error.h>
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
@@ -16,6 +18,13 @@ namespace {
 constexpr std::uint64_t kTransportSlotBit = std::uint64_t{1} << 63;
 constexpr int kIndexBits = 24;
 constexpr std::uint64_t kIndexMask = (std::uint64_t{1} << kIndexBits) - 1;
+
+// What is left of `deadline`, as the timeout of a gloo wait (at least 1 ms).
+std::chrono::milliseconds wait_budget(std::chrono::steady_clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
 
 std::uint64_t mix(std::uint64_t hash, std::uint64_t value) {
   // splitmix64's finaliser over the running hash.
@@ -57,7 +66,7 @@ void GlooPeerTransport::begin_op(collectives::OpHeader header) {
 void GlooPeerTransport::check_signatures() {
   if (signatures_checked_) return;
   signatures_checked_ = true;
-  exchange_.finish(deadline_);
+  exchange_.finish();
 }
 
 template <typename Fn>
@@ -120,15 +129,16 @@ void GlooPeerTransport::wait(Request request) {
   check_signatures();
   Pending& p = pending_.at(request);
   if (p.is_send) {
-    p.buffer->waitSend(nullptr, gloo_wait_budget(deadline_));
+    p.buffer->waitSend(nullptr, wait_budget(deadline_));
   } else {
-    p.buffer->waitRecv(nullptr, gloo_wait_budget(deadline_));
+    p.buffer->waitRecv(nullptr, wait_budget(deadline_));
   }
   p.buffer.reset();  // marks the request done
 }
 
 void GlooPeerTransport::abandon() {
   pending_.clear();
+  context_.reset();
   signatures_checked_ = true;
 }
 

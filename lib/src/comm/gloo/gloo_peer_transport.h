@@ -47,8 +47,9 @@ class GlooPeerTransport final : public collectives::PeerTransport {
   std::size_t eager_message_bytes() const override { return 0; }
 
   // Forgets the op's requests without waiting for them: once a request's gloo buffer is gone,
-  // gloo no longer reads or writes its memory. The pairs must close right after (see
-  // GlooCommunicator::poison): a message for a forgotten receive would sit in its stream.
+  // gloo no longer reads or writes its memory. It also lets go of the mesh, so that the caller
+  // can close the pairs right after (see GlooCommunicator::poison): a message for a forgotten
+  // receive would sit in its stream. The transport can only be destroyed after this.
   void abandon();
 
  private:
