@@ -19,10 +19,9 @@ namespace {
 using namespace std::chrono_literals;
 using testing::require;
 
-// One size for each way the backend moves data, odd so pieces, blocks and chunks are uneven:
-// inside the direct exchange in one piece (up to 64 KiB) and in several (up to 512 KiB per
-// payload on 3 ranks; broadcasts this size take the chain); the ring (~7 MiB gives 3 ranks ring
-// blocks of three chunks).
+// One size for each way the backend moves data, odd so blocks and chunks are uneven: inside the
+// direct exchange (up to 64 KiB); in the payload exchange beside it (up to 512 KiB per payload
+// on 3 ranks); the ring (~7 MiB gives 3 ranks ring blocks of three chunks).
 constexpr std::size_t kSmallFloats = 1001;
 constexpr std::size_t kMidFloats = 100003;
 constexpr std::size_t kLargeFloats = (7u << 20) / 4 + 13;

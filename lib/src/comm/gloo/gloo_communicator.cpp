@@ -20,10 +20,11 @@
 namespace ddp::detail {
 namespace {
 
-// Up to this many bytes sent per rank (payload x peers), the direct exchange beats the ring:
-// one round of messages instead of 2(P-1) steps. Measured with allreduce_bench --interleave,
-// 2 ranks, 1 MiB: 1.39 and 1.42 ms through the exchange, 1.62 and 1.52 ms through the ring.
-// Each rank keeps two receive slots per peer of budget / peers bytes (2 MiB in all).
+// Up to this many bytes sent per rank (payload x peers), one round of messages (the direct
+// exchange, and the payload exchange beside it) beats the ring's 2(P-1) steps. Measured with
+// allreduce_bench --interleave, 2 ranks, 1 MiB: 1.39 and 1.42 ms in one round, 1.62 and
+// 1.52 ms through the ring. The payload exchange keeps two receive slots per peer of
+// budget / peers bytes (2 MiB in all).
 constexpr std::size_t kDirectExchangeBudget = 1024 * 1024;
 // The ring's pipeline unit on gloo's pairs. Every message costs gloo a notification and a
 // wake-up of the waiting thread, so chunks are larger than on libfabric. Measured with
@@ -137,7 +138,10 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
                              : forced_algorithm_;
     const std::uint64_t plan =
         collectives_config_.fingerprint() * 31 + static_cast<std::uint64_t>(planned);
-    exchange_ = std::make_unique<GlooDirectExchange>(exchange_mesh_, direct_budget_, plan);
+    exchange_ = std::make_unique<GlooDirectExchange>(exchange_mesh_, plan);
+    if (direct_budget_ > GlooDirectExchange::kMaxPayloadBytes) {
+      payloads_ = std::make_unique<GlooPayloadExchange>(context_, direct_budget_);
+    }
   } catch (const gloo::Exception& e) {
     throw CommError("connect", rank, -1,
                     first_line(e.what()) +
@@ -200,17 +204,36 @@ void GlooCommunicator::poison(const std::string& cause) {
   // close into a reset). The transport's receive scratch is freed last: closing a pair takes
   // the lock under which gloo's device thread reads into it.
   transport_->abandon();
+  if (payloads_) payloads_->abandon();
   exchange_.reset();
   exchange_mesh_.reset();
   context_.reset();
   transport_.reset();
+  payloads_.reset();
 }
 
 void GlooCommunicator::exchange(CollectiveKind kind, const Buffer& buffer, std::uint32_t detail,
-                                const void* payload, std::size_t payload_bytes) {
+                                const void* payload, std::size_t payload_bytes,
+                                std::size_t largest_payload_bytes) {
   // The exchange stamps the sequence number.
   const auto signature = CollectiveSignature::make(kind, buffer.dtype, buffer.count, detail, 0);
-  exchange_->run(signature, payload, payload_bytes);
+  // Chosen from what all ranks know alike: a broadcast's root sends a payload, the others none.
+  payload_in_exchange_ = largest_payload_bytes <= GlooDirectExchange::kMaxPayloadBytes;
+  if (payload_in_exchange_) {
+    exchange_->run(signature, payload, payload_bytes);
+    return;
+  }
+  // Signature and payload travel at once; the signatures are checked before any payload is
+  // read, so the ranks agree on the payloads' sizes.
+  const auto deadline = std::chrono::steady_clock::now() + timeout();
+  exchange_->start(signature, nullptr, 0);
+  payloads_->start(payload, payload_bytes);
+  exchange_->finish();
+  payloads_->finish(deadline);
+}
+
+const void* GlooCommunicator::exchanged_payload(int peer) const {
+  return payload_in_exchange_ ? exchange_->payload_of(peer) : payloads_->payload_of(peer);
 }
 
 GlooAllreduceAlgorithm GlooCommunicator::choose_allreduce_algorithm(std::size_t bytes) const {
@@ -232,7 +255,7 @@ void GlooCommunicator::reduce_exchanged(Buffer out, ReduceOp op) const {
   // combines ranks 0 and 1 straight into `out`: one pass over the data instead of a copy and
   // a pass.
   reduce_in_rank_order(reduce, out.data, out.count, size(),
-                       [&](int peer) { return exchange_->payload_of(peer); });
+                       [&](int peer) { return exchanged_payload(peer); });
 }
 
 void GlooCommunicator::do_allreduce(Buffer buffer, ReduceOp op) {
@@ -282,9 +305,7 @@ void GlooCommunicator::gloo_allreduce(Buffer buffer, ReduceOp op,
 
 void GlooCommunicator::do_broadcast(Buffer buffer, int root) {
   if (size() == 1) return;
-  // Only the root sends a payload, so it must fit one piece of the exchange (see
-  // GlooDirectExchange::kPieceBytes).
-  if (buffer.bytes() > GlooDirectExchange::kPieceBytes) {
+  if (buffer.bytes() > direct_budget_) {
     collective("broadcast",
                [&] { collectives::broadcast(*transport_, buffer, root, collectives_config_); });
     return;
@@ -292,10 +313,10 @@ void GlooCommunicator::do_broadcast(Buffer buffer, int root) {
   collective("broadcast", [&] {
     const bool sender = rank() == root;
     exchange(CollectiveKind::kBroadcast, buffer, static_cast<std::uint32_t>(root),
-             sender ? buffer.data : nullptr, sender ? buffer.bytes() : 0);
+             sender ? buffer.data : nullptr, sender ? buffer.bytes() : 0, buffer.bytes());
     // An empty buffer may have no storage at all: memcpy must not see its null pointer.
     if (!sender && buffer.count > 0) {
-      std::memcpy(buffer.data, exchange_->payload_of(root), buffer.bytes());
+      std::memcpy(buffer.data, exchanged_payload(root), buffer.bytes());
     }
   });
 }
@@ -314,8 +335,8 @@ void GlooCommunicator::do_allgather(Buffer input, Buffer output) {
     exchange(CollectiveKind::kAllgather, input, 0, input.data, input.bytes());
     if (input.count == 0) return;  // empty buffers may have no storage
     for (int peer = 0; peer < size(); ++peer) {
-      std::memcpy(static_cast<char*>(output.data) + input.bytes() * peer,
-                  exchange_->payload_of(peer), input.bytes());
+      std::memcpy(static_cast<char*>(output.data) + input.bytes() * peer, exchanged_payload(peer),
+                  input.bytes());
     }
   });
 }
@@ -338,7 +359,7 @@ void GlooCommunicator::do_reduce_scatter(Buffer input, Buffer output, ReduceOp o
     const std::size_t offset = output.bytes() * rank();
     reduce_in_rank_order(
         reduce_kernel(output.dtype, op), output.data, output.count, size(),
-        [&](int peer) { return static_cast<const char*>(exchange_->payload_of(peer)) + offset; });
+        [&](int peer) { return static_cast<const char*>(exchanged_payload(peer)) + offset; });
   });
   if (op == ReduceOp::kAvg) divide_in_place(output.data, output.count, output.dtype, size());
 }

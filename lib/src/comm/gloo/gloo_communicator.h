@@ -1,10 +1,10 @@
 #pragma once
 // The Gloo-over-TCP backend: gloo's rendezvous and TCP transport, two full meshes of pairs.
 // Every collective sends its signature to every peer in a direct exchange (see
-// GlooDirectExchange), which has a mesh of its own. Payloads up to a budget travel inside that
-// exchange; larger ones run the shared collectives (the fabric backend's ring, chain and so
-// on) over the other mesh, with the signatures checked at their first wait (see
-// GlooPeerTransport).
+// GlooDirectExchange), which has a mesh of its own. Payloads up to 64 KiB travel inside that
+// exchange, payloads up to a budget beside it on the other mesh (GlooPayloadExchange); larger
+// ones run the shared collectives (the fabric backend's ring, chain and so on) over the other
+// mesh, with the signatures checked at their first wait (see GlooPeerTransport).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -12,6 +12,7 @@
 #include "comm/collective_signature.h"
 #include "comm/collectives/algorithm_config.h"
 #include "comm/gloo/gloo_direct_exchange.h"
+#include "comm/gloo/gloo_payload_exchange.h"
 #include "comm/gloo/gloo_peer_transport.h"
 #include "ddp/comm/communicator.h"
 #include "ddp/store.h"
@@ -64,9 +65,16 @@ class GlooCommunicator final : public Communicator {
   // longer lends to the op, and the peers fail at once instead of at their timeout.
   void poison(const std::string& cause);
 
-  // Agrees on the collective with every peer, carrying `payload` along when given.
+  // Agrees on the collective with every peer, carrying `payload` along when given (up to
+  // direct_budget_ bytes): in the direct exchange itself when the largest payload of any rank
+  // fits it, else on the payload exchange. exchanged_payload() then finds each rank's payload.
   void exchange(CollectiveKind kind, const Buffer& buffer, std::uint32_t detail,
-                const void* payload, std::size_t payload_bytes);
+                const void* payload, std::size_t payload_bytes, std::size_t largest_payload_bytes);
+  void exchange(CollectiveKind kind, const Buffer& buffer, std::uint32_t detail,
+                const void* payload, std::size_t payload_bytes) {
+    exchange(kind, buffer, detail, payload, payload_bytes, payload_bytes);
+  }
+  const void* exchanged_payload(int peer) const;
   void gloo_allreduce(Buffer buffer, ReduceOp op, GlooAllreduceAlgorithm algorithm);
   // Reduces every rank's exchanged payload, in rank order, into `out`.
   void reduce_exchanged(Buffer out, ReduceOp op) const;
@@ -75,6 +83,8 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::rendezvous::Context> exchange_mesh_;  // the direct exchange's own
   std::size_t direct_budget_;  // payload bytes that travel inside the direct exchange
   std::unique_ptr<GlooDirectExchange> exchange_;
+  std::unique_ptr<GlooPayloadExchange> payloads_;  // null when the budget fits the exchange
+  bool payload_in_exchange_ = true;                // where the last exchange() carried its payload
   std::unique_ptr<GlooPeerTransport> transport_;
   GlooAllreduceAlgorithm forced_algorithm_;
   collectives::AlgorithmConfig collectives_config_;

@@ -19,17 +19,11 @@ static_assert(sizeof(CollectiveSignature) % 8 == 0,
 
 }  // namespace
 
-std::size_t GlooDirectExchange::pieces_in(std::size_t payload_bytes) {
-  return std::max<std::size_t>(1, (payload_bytes + kPieceBytes - 1) / kPieceBytes);
-}
-
-GlooDirectExchange::GlooDirectExchange(std::shared_ptr<gloo::Context> mesh,
-                                       std::size_t max_payload_bytes, std::uint64_t plan)
+GlooDirectExchange::GlooDirectExchange(std::shared_ptr<gloo::Context> mesh, std::uint64_t plan)
     : mesh_(std::move(mesh)),
       plan_(plan),
-      // Slots start on cache lines, so every peer's payload is as aligned as its dtype needs
-      // (the budget divided by the peer count is often odd).
-      slot_bytes_((sizeof(CollectiveSignature) + max_payload_bytes + 63) / 64 * 64),
+      // Slots start on cache lines, so every peer's payload is as aligned as its dtype needs.
+      slot_bytes_((sizeof(CollectiveSignature) + kMaxPayloadBytes + 63) / 64 * 64),
       send_storage_(slot_bytes_),
       recv_storage_(2 * slot_bytes_ * static_cast<std::size_t>(std::max(mesh_->size - 1, 1))),
       peers_(static_cast<std::size_t>(mesh_->size)) {
@@ -70,25 +64,11 @@ void GlooDirectExchange::run(const CollectiveSignature& mine, const void* payloa
   finish();
 }
 
-void GlooDirectExchange::send_piece(std::size_t piece) {
-  // Piece 0 carries the signature too.
-  const std::size_t begin = piece == 0 ? 0 : sizeof(sent_) + piece * kPieceBytes;
-  const std::size_t end =
-      sizeof(sent_) + std::min<std::size_t>(sent_.payload_bytes, (piece + 1) * kPieceBytes);
-  for (int peer = 0; peer < mesh_->size; ++peer) {
-    if (peer == mesh_->rank) continue;
-    auto& buffer = *peers_[peer].send[half_];
-    buffer.send(begin, end - begin, begin);
-    buffer.waitSend();  // the write is done; this only settles gloo's count
-  }
-}
-
 CollectiveSignature GlooDirectExchange::start(const CollectiveSignature& mine, const void* payload,
                                               std::size_t payload_bytes) {
-  if (sizeof(sent_) + payload_bytes > slot_bytes_) {
+  if (payload_bytes > kMaxPayloadBytes) {
     throw std::logic_error("GlooDirectExchange: a payload of " + std::to_string(payload_bytes) +
-                           " bytes does not fit its " + std::to_string(slot_bytes_) +
-                           "-byte slots");
+                           " bytes exceeds its " + std::to_string(kMaxPayloadBytes));
   }
   sent_ = mine;
   sent_.sequence = next_sequence_++;
@@ -99,33 +79,27 @@ CollectiveSignature GlooDirectExchange::start(const CollectiveSignature& mine, c
   if (payload_bytes > 0) {
     std::memcpy(send_storage_.data() + sizeof(sent_), payload, payload_bytes);
   }
-  send_piece(0);
+  const std::size_t message_bytes = sizeof(sent_) + payload_bytes;
+  for (int peer = 0; peer < mesh_->size; ++peer) {
+    if (peer == mesh_->rank) continue;
+    auto& buffer = *peers_[peer].send[half_];
+    buffer.send(0, message_bytes);
+    buffer.waitSend();  // the write is done; this only settles gloo's count
+  }
   return sent_;
 }
 
 void GlooDirectExchange::finish() {
-  const int size = mesh_->size;
-  const int rank = mesh_->rank;
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer != rank) peers_[peer].recv[half_]->waitRecv();
+  for (int peer = 0; peer < mesh_->size; ++peer) {
+    if (peer != mesh_->rank) peers_[peer].recv[half_]->waitRecv();
   }
-  // Before any further piece: ranks that disagree may not even agree on how many there are.
-  const std::size_t pieces = pieces_in(sent_.payload_bytes);
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank) continue;
+  for (int peer = 0; peer < mesh_->size; ++peer) {
+    if (peer == mesh_->rank) continue;
     CollectiveSignature theirs;
     std::memcpy(&theirs, slot_of(half_, peer), sizeof(theirs));
     if (!theirs.agrees_with(sent_)) {
-      throw CommError(to_string(sent_.kind), rank, peer, mismatch_message(sent_, theirs, peer));
-    }
-    if (pieces_in(theirs.payload_bytes) != pieces) {
-      throw std::logic_error("GlooDirectExchange: ranks send payloads of different piece counts");
-    }
-  }
-  for (std::size_t piece = 1; piece < pieces; ++piece) {
-    send_piece(piece);
-    for (int peer = 0; peer < size; ++peer) {
-      if (peer != rank) peers_[peer].recv[half_]->waitRecv();
+      throw CommError(to_string(sent_.kind), mesh_->rank, peer,
+                      mismatch_message(sent_, theirs, peer));
     }
   }
 }

@@ -1,7 +1,7 @@
 #pragma once
 // One step in which every rank sends the same message (a collective signature, optionally
-// followed by a payload) to every other rank and receives theirs. It checks that all ranks
-// agree on the collective and, for payloads up to a budget, carries the data itself, so a small
+// followed by a small payload) to every other rank and receives theirs. It checks that all
+// ranks agree on the collective and, for small payloads, carries the data itself, so a small
 // allreduce, broadcast, allgather or barrier costs a single round of messages.
 //
 // The exchange runs on a gloo mesh of its own whose pairs are in gloo's synchronous mode: the
@@ -27,34 +27,29 @@ namespace ddp::detail {
 
 class GlooDirectExchange {
  public:
-  // Payloads travel in pieces of this many bytes (the first also carries the signature), and
-  // a rank sends piece j + 1 only after it has read piece j from every peer. The calling thread
-  // writes with blocking writes, so this is what keeps them from deadlocking: a peer never has
-  // more than two of this rank's pieces unread, which fit the socket's buffers (gloo sizes a
-  // socket's send buffer to the message, the kernel doubles that, and the receiving side starts
-  // at 64 KiB or more). No write waits for a reader that is itself stuck writing.
-  static constexpr std::size_t kPieceBytes = 64 * 1024;
-  static std::size_t pieces_in(std::size_t payload_bytes);
+  // The largest payload a message carries. The calling thread writes with blocking writes, one
+  // message per peer, before it reads theirs. That cannot deadlock: a peer never has more than
+  // two of this rank's messages unread (the last exchange's and this one), and they fit the
+  // socket's buffers (gloo sizes a socket's send buffer to the message, the kernel doubles that,
+  // and the receiving side starts at 64 KiB or more), so no write waits for a reader that is
+  // itself stuck writing.
+  static constexpr std::size_t kMaxPayloadBytes = 64 * 1024;
 
-  // `mesh` must be used by nothing else: its pairs switch to synchronous mode. Payloads up to
-  // `max_payload_bytes` travel in the exchange itself. Every signature sent carries `plan` (see
-  // CollectiveSignature::plan). A read or write that makes no progress for the mesh's timeout
-  // fails with gloo's IoException.
-  GlooDirectExchange(std::shared_ptr<gloo::Context> mesh, std::size_t max_payload_bytes,
-                     std::uint64_t plan);
+  // `mesh` must be used by nothing else: its pairs switch to synchronous mode. Every signature
+  // sent carries `plan` (see CollectiveSignature::plan). A read or write that makes no progress
+  // for the mesh's timeout fails with gloo's IoException.
+  GlooDirectExchange(std::shared_ptr<gloo::Context> mesh, std::uint64_t plan);
   ~GlooDirectExchange();
 
-  // Sends `mine` (+ payload) to all peers and receives theirs. All ranks must send payloads of
-  // the same number of pieces (a broadcast's root sends at most one piece). Throws CommError
-  // naming the first peer that disagrees, gloo's IoException on transport failure or timeout.
-  // After any exception the mesh's streams may be out of step: the exchange must not be used
-  // again.
+  // Sends `mine` (+ a payload of up to kMaxPayloadBytes) to all peers and receives theirs.
+  // Throws CommError naming the first peer that disagrees, gloo's IoException on transport
+  // failure or timeout. After any exception the mesh's streams may be out of step: the
+  // exchange must not be used again.
   void run(const CollectiveSignature& mine, const void* payload, std::size_t payload_bytes);
 
   // run() in two halves, so that a collective can start moving its data while the signatures
-  // are on their way. start() stamps the signature with the next sequence number, sends it
-  // with the payload's first piece and returns it as sent; finish() receives the peers'
-  // messages and checks them as run() does.
+  // are on their way. start() stamps the signature with the next sequence number, sends it and
+  // returns it as sent; finish() receives the peers' messages and checks them as run() does.
   CollectiveSignature start(const CollectiveSignature& mine, const void* payload,
                             std::size_t payload_bytes);
   void finish();
@@ -73,7 +68,6 @@ class GlooDirectExchange {
   };
   std::size_t slot_offset(int half, int peer) const;
   char* slot_of(int half, int peer) const;
-  void send_piece(std::size_t piece);
 
   std::shared_ptr<gloo::Context> mesh_;
   std::uint64_t plan_;
