@@ -64,6 +64,7 @@ std::vector<VariantFactory> all_variants(int world) {
                  return std::unique_ptr<AllreduceVariant>(new MemcpyCeiling());
                }});
   v.push_back(ddp_variant("ddp_gloo", "gloo"));
+  v.push_back(ddp_variant("ddp_gloo_ring", "gloo", {{"DDP_GLOO_ALGORITHM", "ring"}}));
   v.push_back(ddp_variant("ddp_gloo_gloo_ring", "gloo", {{"DDP_GLOO_ALGORITHM", "gloo_ring"}}));
   const auto backends = available_backends();
   if (std::find(backends.begin(), backends.end(), "fabric") != backends.end()) {
