@@ -89,6 +89,7 @@ std::shared_ptr<gloo::rendezvous::Context> connect_mesh(
   }
   return mesh;
 }
+
 }  // namespace
 
 GlooAllreduceAlgorithm gloo_algorithm_from_env() {
@@ -132,6 +133,9 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
   gloo::rendezvous::PrefixStore exchange_store("exchange", bridge);
   exchange_mesh_ = connect_mesh(exchange_store, device, rank, size, options.timeout);
   try {
+    // Switches the exchange's pairs to synchronous mode and posts the payload exchange's first
+    // receives: a peer that already failed and closed its connection shows here, and must be
+    // reported as a communication error like any later one.
     // auto and direct behave alike, so they make the same plan.
     const auto planned = forced_algorithm_ == GlooAllreduceAlgorithm::kDirect
                              ? GlooAllreduceAlgorithm::kAuto
@@ -201,8 +205,8 @@ void GlooCommunicator::poison(const std::string& cause) {
   // close with the last owner of their mesh. Their sockets close with a FIN where gloo's own
   // closeConnections would reset them, so a peer normally still reads what this rank sent, its
   // signature first, and reports the same mismatch (unread data on a socket still turns the
-  // close into a reset). The transport's receive scratch is freed last: closing a pair takes
-  // the lock under which gloo's device thread reads into it.
+  // close into a reset). The receive storage of the transport and of the payload exchange is
+  // freed last: closing a pair takes the lock under which gloo's device thread reads into it.
   transport_->abandon();
   if (payloads_) payloads_->abandon();
   exchange_.reset();
