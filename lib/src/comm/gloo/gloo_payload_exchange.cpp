@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
@@ -62,6 +64,11 @@ void GlooPayloadExchange::post_receives(int half, std::uint64_t slot) {
 
 void GlooPayloadExchange::start(const void* payload, std::size_t payload_bytes) {
   if (deferred_error_) std::rethrow_exception(deferred_error_);
+  if (payload_bytes > slot_bytes_) {
+    throw std::logic_error("GlooPayloadExchange: a payload of " + std::to_string(payload_bytes) +
+                           " bytes does not fit its " + std::to_string(slot_bytes_) +
+                           "-byte slots");
+  }
   if (payload_bytes > 0) std::memcpy(send_storage_.data(), payload, payload_bytes);
   for (int peer = 0; peer < mesh_->size; ++peer) {
     if (peer == mesh_->rank) continue;
