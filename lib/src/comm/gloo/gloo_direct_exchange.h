@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/collective_signature.h"
+#include "comm/gloo/gloo_exchange_slots.h"
 
 namespace gloo {
 class Context;
@@ -59,21 +60,16 @@ class GlooDirectExchange {
   const void* payload_of(int peer) const;
 
  private:
-  // Per peer: gloo buffers bound to the two halves of the receive storage (exchanges alternate
-  // between them, so a peer's next message never lands in a payload still being read) and the
-  // matching send buffers over the staged message.
+  // Per peer: gloo buffers bound to its two receive slots and the matching send buffers over
+  // the staged message.
   struct PeerBuffers {
     std::unique_ptr<gloo::transport::Buffer> send[2];
     std::unique_ptr<gloo::transport::Buffer> recv[2];
   };
-  std::size_t slot_offset(int half, int peer) const;
-  char* slot_of(int half, int peer) const;
 
   std::shared_ptr<gloo::Context> mesh_;
   std::uint64_t plan_;
-  std::size_t slot_bytes_;
-  std::vector<char> send_storage_;
-  std::vector<char> recv_storage_;
+  GlooExchangeSlots slots_;
   std::vector<PeerBuffers> peers_;
   int half_ = 1;  // where the current exchange receives; the first start() flips it to 0
   std::uint64_t next_sequence_ = 0;

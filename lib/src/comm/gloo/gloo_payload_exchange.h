@@ -11,6 +11,8 @@
 #include <memory>
 #include <vector>
 
+#include "comm/gloo/gloo_exchange_slots.h"
+
 namespace gloo {
 class Context;
 namespace transport {
@@ -47,13 +49,9 @@ class GlooPayloadExchange {
   // half of the receive storage: gloo holds a send back until the receiver has posted its
   // receive, so posting early saves that notification's round trip.
   void post_receives(int half, std::uint64_t slot);
-  std::size_t slot_offset(int half, int peer) const;
-  char* slot_of(int half, int peer) const;
 
   std::shared_ptr<gloo::Context> mesh_;
-  std::size_t slot_bytes_;
-  std::vector<char> send_storage_;
-  std::vector<char> recv_storage_;
+  GlooExchangeSlots slots_;
   std::unique_ptr<gloo::transport::UnboundBuffer> send_buffer_;
   std::unique_ptr<gloo::transport::UnboundBuffer> recv_buffer_;
   int posted_half_ = 0;  // receives for the next exchange are posted here
