@@ -1,6 +1,5 @@
 #include "comm/gloo/gloo_direct_exchange.h"
 
-#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>

@@ -1,6 +1,5 @@
 #include "comm/gloo/gloo_payload_exchange.h"
 
-#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -8,18 +7,9 @@
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include "comm/gloo/gloo_wait_budget.h"
+
 namespace ddp::detail {
-namespace {
-
-// What is left of `deadline`, as the timeout of a gloo wait (at least 1 ms).
-std::chrono::milliseconds wait_budget(GlooPayloadExchange::Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - GlooPayloadExchange::Clock::now());
-  return std::max(left, std::chrono::milliseconds(1));
-}
-
-}  // namespace
-
 GlooPayloadExchange::GlooPayloadExchange(std::shared_ptr<gloo::Context> mesh,
                                          std::size_t max_payload_bytes)
     : mesh_(std::move(mesh)), slots_(mesh_->rank, mesh_->size, max_payload_bytes) {
@@ -64,8 +54,8 @@ void GlooPayloadExchange::start(const void* payload, std::size_t payload_bytes) 
 
 void GlooPayloadExchange::finish(Clock::time_point deadline) {
   const int peers = mesh_->size - 1;
-  for (int i = 0; i < peers; ++i) recv_buffer_->waitRecv(nullptr, wait_budget(deadline));
-  for (int i = 0; i < peers; ++i) send_buffer_->waitSend(nullptr, wait_budget(deadline));
+  for (int i = 0; i < peers; ++i) recv_buffer_->waitRecv(nullptr, gloo_wait_budget(deadline));
+  for (int i = 0; i < peers; ++i) send_buffer_->waitSend(nullptr, gloo_wait_budget(deadline));
   last_half_ = posted_half_;
   try {
     post_receives(1 - posted_half_, next_slot_++);

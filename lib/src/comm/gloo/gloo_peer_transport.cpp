@@ -1,12 +1,11 @@
 #include "comm/gloo/gloo_peer_transport.h"
 
-#include <algorithm>
-
 #include <gloo/common/error.h>
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include "comm/gloo/gloo_direct_exchange.h"
+#include "comm/gloo/gloo_wait_budget.h"
 #include "ddp/error.h"
 
 namespace ddp::detail {
@@ -18,13 +17,6 @@ namespace {
 constexpr std::uint64_t kTransportSlotBit = std::uint64_t{1} << 63;
 constexpr int kIndexBits = 24;
 constexpr std::uint64_t kIndexMask = (std::uint64_t{1} << kIndexBits) - 1;
-
-// What is left of `deadline`, as the timeout of a gloo wait (at least 1 ms).
-std::chrono::milliseconds wait_budget(std::chrono::steady_clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
-  return std::max(left, std::chrono::milliseconds(1));
-}
 
 std::uint64_t mix(std::uint64_t hash, std::uint64_t value) {
   // splitmix64's finaliser over the running hash.
@@ -129,9 +121,9 @@ void GlooPeerTransport::wait(Request request) {
   check_signatures();
   Pending& p = pending_.at(request);
   if (p.is_send) {
-    p.buffer->waitSend(nullptr, wait_budget(deadline_));
+    p.buffer->waitSend(nullptr, gloo_wait_budget(deadline_));
   } else {
-    p.buffer->waitRecv(nullptr, wait_budget(deadline_));
+    p.buffer->waitRecv(nullptr, gloo_wait_budget(deadline_));
   }
   p.buffer.reset();  // marks the request done
 }
