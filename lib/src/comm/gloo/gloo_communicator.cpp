@@ -218,7 +218,7 @@ void GlooCommunicator::poison(const std::string& cause) {
 
 void GlooCommunicator::exchange(CollectiveKind kind, const Buffer& buffer, std::uint32_t detail,
                                 const void* payload, std::size_t payload_bytes,
-                                std::size_t largest_payload_bytes) {
+                                std::size_t largest_payload_bytes, SendFrom from) {
   // The exchange stamps the sequence number.
   const auto signature = CollectiveSignature::make(kind, buffer.dtype, buffer.count, detail, 0);
   // Chosen from what all ranks know alike: a broadcast's root sends a payload, the others none.
@@ -231,7 +231,7 @@ void GlooCommunicator::exchange(CollectiveKind kind, const Buffer& buffer, std::
   // read, so the ranks agree on the payloads' sizes.
   const auto deadline = std::chrono::steady_clock::now() + timeout();
   exchange_->start(signature, nullptr, 0);
-  payloads_->start(payload, payload_bytes);
+  payloads_->start(payload, payload_bytes, from);
   exchange_->finish();
   payloads_->finish(deadline);
 }
@@ -273,11 +273,14 @@ void GlooCommunicator::do_allreduce(Buffer buffer, ReduceOp op) {
   }
   collective("allreduce", [&] {
     if (algorithm == GlooAllreduceAlgorithm::kDirect) {
+      // The reduction overwrites this rank's payload; ranks 0 and 1 read theirs in its first
+      // step, element by element as it writes, so only theirs can be sent in place.
       exchange(CollectiveKind::kAllreduce, buffer, static_cast<std::uint32_t>(op), buffer.data,
-               buffer.bytes());
+               buffer.bytes(), rank() < 2 ? SendFrom::kCallerMemory : SendFrom::kStagedCopy);
       reduce_exchanged(buffer, op);
     } else {
-      exchange(CollectiveKind::kAllreduce, buffer, static_cast<std::uint32_t>(op), nullptr, 0);
+      exchange(CollectiveKind::kAllreduce, buffer, static_cast<std::uint32_t>(op), nullptr, 0,
+               SendFrom::kStagedCopy);
       if (buffer.count > 0) gloo_allreduce(buffer, op, algorithm);
     }
   });
@@ -317,7 +320,8 @@ void GlooCommunicator::do_broadcast(Buffer buffer, int root) {
   collective("broadcast", [&] {
     const bool sender = rank() == root;
     exchange(CollectiveKind::kBroadcast, buffer, static_cast<std::uint32_t>(root),
-             sender ? buffer.data : nullptr, sender ? buffer.bytes() : 0, buffer.bytes());
+             sender ? buffer.data : nullptr, sender ? buffer.bytes() : 0, buffer.bytes(),
+             SendFrom::kCallerMemory);  // the root does not change its buffer
     // An empty buffer may have no storage at all: memcpy must not see its null pointer.
     if (!sender && buffer.count > 0) {
       std::memcpy(buffer.data, exchanged_payload(root), buffer.bytes());
@@ -336,7 +340,9 @@ void GlooCommunicator::do_allgather(Buffer input, Buffer output) {
     return;
   }
   collective("allgather", [&] {
-    exchange(CollectiveKind::kAllgather, input, 0, input.data, input.bytes());
+    // The input may lie inside the output, which the copies below overwrite.
+    exchange(CollectiveKind::kAllgather, input, 0, input.data, input.bytes(),
+             SendFrom::kStagedCopy);
     if (input.count == 0) return;  // empty buffers may have no storage
     for (int peer = 0; peer < size(); ++peer) {
       std::memcpy(static_cast<char*>(output.data) + input.bytes() * peer, exchanged_payload(peer),
@@ -358,8 +364,9 @@ void GlooCommunicator::do_reduce_scatter(Buffer input, Buffer output, ReduceOp o
     return;
   }
   collective("reduce_scatter", [&] {
+    // The output may lie inside the input, which the reduction below overwrites.
     exchange(CollectiveKind::kReduceScatter, output, static_cast<std::uint32_t>(op), input.data,
-             input.bytes());
+             input.bytes(), SendFrom::kStagedCopy);
     const std::size_t offset = output.bytes() * rank();
     reduce_in_rank_order(
         reduce_kernel(output.dtype, op), output.data, output.count, size(),
@@ -371,7 +378,9 @@ void GlooCommunicator::do_reduce_scatter(Buffer input, Buffer output, ReduceOp o
 void GlooCommunicator::do_barrier() {
   if (size() == 1) return;
   // No rank leaves the exchange before it has heard from every other rank.
-  collective("barrier", [&] { exchange(CollectiveKind::kBarrier, Buffer(), 0, nullptr, 0); });
+  collective("barrier", [&] {
+    exchange(CollectiveKind::kBarrier, Buffer(), 0, nullptr, 0, SendFrom::kStagedCopy);
+  });
 }
 
 }  // namespace ddp::detail

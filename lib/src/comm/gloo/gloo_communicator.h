@@ -65,14 +65,17 @@ class GlooCommunicator final : public Communicator {
   // longer lends to the op, and the peers fail at once instead of at their timeout.
   void poison(const std::string& cause);
 
+  using SendFrom = GlooPayloadExchange::SendFrom;
   // Agrees on the collective with every peer, carrying `payload` along when given (up to
   // direct_budget_ bytes): in the direct exchange itself when the largest payload of any rank
-  // fits it, else on the payload exchange. exchanged_payload() then finds each rank's payload.
+  // fits it, else on the payload exchange, sent `from` where the caller says.
+  // exchanged_payload() then finds each rank's payload.
   void exchange(CollectiveKind kind, const Buffer& buffer, std::uint32_t detail,
-                const void* payload, std::size_t payload_bytes, std::size_t largest_payload_bytes);
+                const void* payload, std::size_t payload_bytes, std::size_t largest_payload_bytes,
+                SendFrom from);
   void exchange(CollectiveKind kind, const Buffer& buffer, std::uint32_t detail,
-                const void* payload, std::size_t payload_bytes) {
-    exchange(kind, buffer, detail, payload, payload_bytes, payload_bytes);
+                const void* payload, std::size_t payload_bytes, SendFrom from) {
+    exchange(kind, buffer, detail, payload, payload_bytes, payload_bytes, from);
   }
   const void* exchanged_payload(int peer) const;
   void gloo_allreduce(Buffer buffer, ReduceOp op, GlooAllreduceAlgorithm algorithm);

@@ -23,8 +23,8 @@ GlooPayloadExchange::GlooPayloadExchange(std::shared_ptr<gloo::Context> mesh,
 GlooPayloadExchange::~GlooPayloadExchange() = default;
 
 const void* GlooPayloadExchange::payload_of(int peer) const {
-  // This rank's own payload is read where it was staged for sending: no copy into its slot.
-  return peer == mesh_->rank ? slots_.send_slot() : slots_.receive_slot(last_half_, peer);
+  // This rank's own payload is read where it was sent from: no copy into its slot.
+  return peer == mesh_->rank ? own_payload_ : slots_.receive_slot(last_half_, peer);
 }
 
 void GlooPayloadExchange::post_receives(int half, std::uint64_t slot) {
@@ -38,24 +38,38 @@ void GlooPayloadExchange::post_receives(int half, std::uint64_t slot) {
   posted_slot_ = slot;
 }
 
-void GlooPayloadExchange::start(const void* payload, std::size_t payload_bytes) {
+void GlooPayloadExchange::start(const void* payload, std::size_t payload_bytes, SendFrom from) {
   if (deferred_error_) std::rethrow_exception(deferred_error_);
   if (payload_bytes > slots_.slot_bytes()) {
     throw std::logic_error("GlooPayloadExchange: a payload of " + std::to_string(payload_bytes) +
                            " bytes does not fit its " + std::to_string(slots_.slot_bytes()) +
                            "-byte slots");
   }
-  if (payload_bytes > 0) std::memcpy(slots_.send_slot(), payload, payload_bytes);
+  gloo::transport::UnboundBuffer* sender = send_buffer_.get();
+  own_payload_ = slots_.send_slot();
+  if (from == SendFrom::kCallerMemory && payload_bytes > 0) {
+    // Saves a copy of the whole payload. gloo only reads from a send buffer; its interface is
+    // not const-correct.
+    caller_buffer_ = mesh_->createUnboundBuffer(const_cast<void*>(payload), payload_bytes);
+    sender = caller_buffer_.get();
+    own_payload_ = payload;
+  } else if (payload_bytes > 0) {
+    std::memcpy(slots_.send_slot(), payload, payload_bytes);
+  }
   for (int peer = 0; peer < mesh_->size; ++peer) {
     if (peer == mesh_->rank) continue;
-    send_buffer_->send(peer, posted_slot_, 0, payload_bytes);
+    sender->send(peer, posted_slot_, 0, payload_bytes);
   }
 }
 
 void GlooPayloadExchange::finish(Clock::time_point deadline) {
   const int peers = mesh_->size - 1;
   for (int i = 0; i < peers; ++i) recv_buffer_->waitRecv(nullptr, gloo_wait_budget(deadline));
-  for (int i = 0; i < peers; ++i) send_buffer_->waitSend(nullptr, gloo_wait_budget(deadline));
+  gloo::transport::UnboundBuffer* sender =
+      caller_buffer_ ? caller_buffer_.get() : send_buffer_.get();
+  for (int i = 0; i < peers; ++i) sender->waitSend(nullptr, gloo_wait_budget(deadline));
+  // gloo is done reading the caller's payload: let go of it.
+  caller_buffer_.reset();
   last_half_ = posted_half_;
   try {
     post_receives(1 - posted_half_, next_slot_++);
@@ -65,6 +79,7 @@ void GlooPayloadExchange::finish(Clock::time_point deadline) {
 }
 
 void GlooPayloadExchange::abandon() {
+  caller_buffer_.reset();
   send_buffer_.reset();
   recv_buffer_.reset();
   mesh_.reset();

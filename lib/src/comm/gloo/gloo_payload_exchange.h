@@ -26,11 +26,17 @@ class GlooPayloadExchange {
  public:
   using Clock = std::chrono::steady_clock;
 
+  // Where this rank's payload is sent from.
+  enum class SendFrom {
+    kStagedCopy,    // a copy in the exchange's own memory: the caller may change the payload
+    kCallerMemory,  // the payload itself, which must stay unchanged until finish() returns
+  };
+
   GlooPayloadExchange(std::shared_ptr<gloo::Context> mesh, std::size_t max_payload_bytes);
   ~GlooPayloadExchange();
 
   // Sends `payload` to every peer.
-  void start(const void* payload, std::size_t payload_bytes);
+  void start(const void* payload, std::size_t payload_bytes, SendFrom from);
   // Waits for the peers' payloads and for this rank's sends; gloo's IoException on transport
   // failure or when `deadline` passes.
   void finish(Clock::time_point deadline);
@@ -40,8 +46,8 @@ class GlooPayloadExchange {
   // GlooCommunicator::poison). Only destruction may follow.
   void abandon();
 
-  // After finish(): the payload rank `peer` sent (this rank's own when peer == rank). Valid
-  // until the next start().
+  // After finish(): the payload rank `peer` sent (this rank's own when peer == rank: the
+  // caller's memory itself if sent from there). Valid until the next start().
   const void* payload_of(int peer) const;
 
  private:
@@ -52,7 +58,10 @@ class GlooPayloadExchange {
 
   std::shared_ptr<gloo::Context> mesh_;
   GlooExchangeSlots slots_;
-  std::unique_ptr<gloo::transport::UnboundBuffer> send_buffer_;
+  std::unique_ptr<gloo::transport::UnboundBuffer> send_buffer_;  // over the staging slot
+  // Over the caller's payload while an exchange sends from there, else null.
+  std::unique_ptr<gloo::transport::UnboundBuffer> caller_buffer_;
+  const void* own_payload_ = nullptr;  // what payload_of(rank) returns
   std::unique_ptr<gloo::transport::UnboundBuffer> recv_buffer_;
   int posted_half_ = 0;  // receives for the next exchange are posted here
   std::uint64_t posted_slot_ = 0;
