@@ -40,6 +40,15 @@ std::vector<VariantFactory> fabric_variants(int world_size) {
                                  with({{"DDP_FABRIC_ALGORITHM", "ring"}})));
   variants.push_back(ddp_variant("ddp_fabric_shm_doubling_always", "fabric",
                                  with({{"DDP_FABRIC_ALGORITHM", "recursive_doubling"}})));
+  // The same choice on TCP, where every message past the eager size costs ofi_rxm a
+  // rendezvous: where the two cross there need not be where they cross on shm.
+  const Env tcp{{"DDP_FABRIC_PROVIDER", "tcp;ofi_rxm"}};
+  for (const char* algorithm : {"ring", "recursive_doubling"}) {
+    Env env = tcp;
+    env.emplace_back("DDP_FABRIC_ALGORITHM", algorithm);
+    variants.push_back(
+        ddp_variant(std::string("ddp_fabric_tcp_") + algorithm + "_always", "fabric", env));
+  }
   return variants;
 }
 

@@ -21,6 +21,7 @@
 #include "ddp/log.h"
 #include "ddp/store.h"
 #include "multiprocess.h"
+#include "scoped_env.h"
 
 namespace ddp::detail::fabric {
 namespace {
@@ -35,29 +36,7 @@ testing::TestStoreServer& server() {
   return instance;
 }
 
-// Sets an environment variable for the scope of a test (forked ranks inherit it).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 CommOptions with_timeout(std::chrono::milliseconds timeout) {
   CommOptions options;
@@ -279,7 +258,7 @@ class FabricTransportProcesses : public ::testing::TestWithParam<const char*> {}
 TEST_P(FabricTransportProcesses, MessagesThatArriveBeforeTheirReceivesAreAllMatched) {
   ScopedEnv select("DDP_FABRIC_PROVIDER", GetParam());
   auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
-    auto connection = connect_fabric(*store, rank, 2, 20s, collectives::AlgorithmConfig{});
+    auto connection = connect_fabric(*store, rank, 2, 20s);
     collectives::PeerTransport& t = *connection.transport;
     constexpr int kMessages = 40;
     auto bytes_of = [](int i) { return i % 5 == 0 ? std::size_t{150000} : std::size_t(4 * i + 4); };

@@ -4,6 +4,7 @@
 // (bench/allreduce_bench), which lets the environment override every value (from_env).
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace ddp::detail::collectives {
 
@@ -30,7 +31,13 @@ struct AlgorithmConfig {
   // header).
   std::uint64_t fingerprint() const;
 
-  // The defaults, overridden by the variables above (ConfigError on malformed values).
+  // The defaults for a libfabric provider (as fi_info names it, e.g. "tcp;ofi_rxm"): on TCP
+  // every message past the eager size costs ofi_rxm a rendezvous, so the ring, which sends
+  // 2(P-1) messages per rank to recursive doubling's log2(P), starts at larger payloads.
+  static AlgorithmConfig for_provider(const std::string& provider);
+  // `defaults` (or the general ones), overridden by the variables above (ConfigError on
+  // malformed values).
+  static AlgorithmConfig from_env(AlgorithmConfig defaults);
   static AlgorithmConfig from_env();
 };
 

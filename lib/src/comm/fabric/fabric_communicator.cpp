@@ -9,9 +9,10 @@ namespace ddp::detail {
 
 FabricCommunicator::FabricCommunicator(std::shared_ptr<Store> store, int rank, int size,
                                        const CommOptions& options)
-    : Communicator(rank, size, options), config_(collectives::AlgorithmConfig::from_env()) {
-  auto connection = fabric::connect_fabric(*store, rank, size, options.timeout, config_);
+    : Communicator(rank, size, options) {
+  auto connection = fabric::connect_fabric(*store, rank, size, options.timeout);
   provider_ = std::move(connection.provider);
+  config_ = connection.config;
   transport_ = std::move(connection.transport);
 }
 

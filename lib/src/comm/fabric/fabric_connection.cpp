@@ -45,6 +45,7 @@ std::string bytes_text(std::size_t bytes) {
 struct OpenedEndpoint {
   std::unique_ptr<FabricEndpoint> endpoint;
   std::string provider;
+  collectives::AlgorithmConfig config;
 };
 
 // Why the shm regions of this host's ranks would not fit in /dev/shm; empty if they do. A
@@ -61,8 +62,7 @@ std::string shm_room(const std::vector<HostIdentity>& hosts, int rank) {
          " MiB; mount a larger /dev/shm (Kubernetes: an emptyDir with medium Memory)";
 }
 
-OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, int size,
-                             const collectives::AlgorithmConfig& config) {
+OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, int size) {
   const int host_count = count_hosts(hosts);
   const std::string room = shm_room(hosts, rank);
   const auto choice =
@@ -95,6 +95,9 @@ OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, i
       answer.get(), per_device ? static_cast<std::size_t>(local_index(hosts, rank)) : 0, nullptr);
   OpenedEndpoint opened;
   opened.provider = info->fabric_attr->prov_name;
+  opened.config = collectives::AlgorithmConfig::from_env(
+      collectives::AlgorithmConfig::for_provider(opened.provider));
+  const auto& config = opened.config;
   const std::string description =
       "provider " + opened.provider + " (" + choice.reason + "), fabric " +
       info->fabric_attr->name + ", domain " + info->domain_attr->name + "; " +
@@ -122,8 +125,8 @@ OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, i
 
 }  // namespace
 
-FabricConnection connect_fabric(Store& store, int rank, int size, std::chrono::milliseconds timeout,
-                                const collectives::AlgorithmConfig& config) {
+FabricConnection connect_fabric(Store& store, int rank, int size,
+                                std::chrono::milliseconds timeout) {
   if (size > kMaxRanks) {
     throw ConfigError("the fabric backend supports at most " + std::to_string(kMaxRanks) +
                       " ranks, got " + std::to_string(size));
@@ -142,7 +145,7 @@ FabricConnection connect_fabric(Store& store, int rank, int size, std::chrono::m
 
   OpenedEndpoint opened;
   try {
-    opened = open_endpoint(hosts, rank, size, config);
+    opened = open_endpoint(hosts, rank, size);
   } catch (const Error& e) {
     publish_failure(*scoped, rank, e.what());
     throw;
@@ -157,6 +160,7 @@ FabricConnection connect_fabric(Store& store, int rank, int size, std::chrono::m
   }
   FabricConnection connection;
   connection.provider = opened.provider;
+  connection.config = opened.config;
   connection.transport =
       std::make_unique<FabricTransport>(std::move(opened.endpoint), std::move(peers), rank, timeout,
                                         PeerLiveness(std::move(local_pids)));

@@ -19,12 +19,14 @@ class FabricTransport;
 struct FabricConnection {
   std::unique_ptr<FabricTransport> transport;
   std::string provider;  // as libfabric names it, e.g. "shm" or "tcp;ofi_rxm"
+  // The provider's defaults (AlgorithmConfig::for_provider) with the environment's overrides.
+  collectives::AlgorithmConfig config;
 };
 
-// Every rank of the group calls this with the same store. `config` only feeds the log line.
-// Throws ConfigError (no usable provider), CommError("connect", ...) naming a peer that failed,
-// StoreError if the store does not answer.
-FabricConnection connect_fabric(Store& store, int rank, int size, std::chrono::milliseconds timeout,
-                                const collectives::AlgorithmConfig& config);
+// Every rank of the group calls this with the same store. Throws ConfigError (no usable
+// provider, a malformed DDP_FABRIC_* setting), CommError("connect", ...) naming a peer that
+// failed, StoreError if the store does not answer.
+FabricConnection connect_fabric(Store& store, int rank, int size,
+                                std::chrono::milliseconds timeout);
 
 }  // namespace ddp::detail::fabric

@@ -1,0 +1,48 @@
+// The collectives' settings: each libfabric provider's defaults, and the environment's overrides
+// on top of them.
+#include "comm/collectives/algorithm_config.h"
+
+#include <gtest/gtest.h>
+
+#include "ddp/error.h"
+#include "scoped_env.h"
+
+namespace ddp::detail::collectives {
+namespace {
+
+using testing::ScopedEnv;
+
+TEST(AlgorithmConfig, TcpStartsTheRingAtLargerPayloadsThanShm) {
+  EXPECT_EQ(AlgorithmConfig::for_provider("shm").ring_threshold_bytes, 64u * 1024);
+  EXPECT_EQ(AlgorithmConfig::for_provider("efa").ring_threshold_bytes, 64u * 1024);
+  EXPECT_EQ(AlgorithmConfig::for_provider("tcp;ofi_rxm").ring_threshold_bytes, 512u * 1024);
+  // Only the threshold differs: the ring itself is pipelined alike.
+  EXPECT_EQ(AlgorithmConfig::for_provider("tcp;ofi_rxm").chunk_bytes,
+            AlgorithmConfig{}.chunk_bytes);
+}
+
+TEST(AlgorithmConfig, TheEnvironmentOverridesTheProvidersDefaults) {
+  ScopedEnv threshold("DDP_FABRIC_RING_THRESHOLD", "131072");
+  ScopedEnv algorithm("DDP_FABRIC_ALGORITHM", nullptr);
+  ScopedEnv chunk("DDP_FABRIC_CHUNK_BYTES", nullptr);
+  ScopedEnv depth("DDP_FABRIC_PIPELINE_DEPTH", nullptr);
+  const auto config = AlgorithmConfig::from_env(AlgorithmConfig::for_provider("tcp;ofi_rxm"));
+  EXPECT_EQ(config.ring_threshold_bytes, 131072u);
+}
+
+TEST(AlgorithmConfig, UnsetVariablesKeepTheProvidersDefaults) {
+  ScopedEnv threshold("DDP_FABRIC_RING_THRESHOLD", nullptr);
+  ScopedEnv algorithm("DDP_FABRIC_ALGORITHM", nullptr);
+  const auto config = AlgorithmConfig::from_env(AlgorithmConfig::for_provider("tcp;ofi_rxm"));
+  EXPECT_EQ(config.ring_threshold_bytes, 512u * 1024);
+  EXPECT_NE(config.fingerprint(), AlgorithmConfig::from_env().fingerprint())
+      << "ranks on different providers' defaults must not agree on a plan";
+}
+
+TEST(AlgorithmConfig, AMalformedSettingIsAConfigError) {
+  ScopedEnv algorithm("DDP_FABRIC_ALGORITHM", "halving");
+  EXPECT_THROW(AlgorithmConfig::from_env(), ConfigError);
+}
+
+}  // namespace
+}  // namespace ddp::detail::collectives
