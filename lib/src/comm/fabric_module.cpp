@@ -6,14 +6,13 @@
 #include <mutex>
 #include <string>
 
+#include "comm/fabric_entry_point.h"
 #include "comm/signal_dispositions.h"
 #include "ddp/error.h"
 #include "ddp/log.h"
 
 namespace ddp::detail {
 namespace {
-
-using EntryPoint = Communicator* (*)(const std::shared_ptr<Store>&, int, int, const CommOptions&);
 
 // Next to libddp itself (the build tree and an install prefix both keep them together).
 std::string module_beside_libddp() {
@@ -26,10 +25,9 @@ std::string module_beside_libddp() {
   return std::filesystem::exists(path) ? path.string() : std::string{};
 }
 
-EntryPoint load_entry_point() {
-  std::string where = module_beside_libddp();
-  if (where.empty()) where = DDP_FABRIC_MODULE_FILE;  // the loader's search path
-  // Never closed: libfabric providers do not support being unloaded.
+}  // namespace
+
+FabricEntryPoint load_fabric_entry_point(const std::string& where) {
   void* handle = dlopen(where.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = dlerror();
@@ -37,27 +35,31 @@ EntryPoint load_entry_point() {
                       (why != nullptr ? why : "unknown error") +
                       "); install it next to libddp (cmake --install) or set DDP_BACKEND=gloo");
   }
-  auto entry = reinterpret_cast<EntryPoint>(dlsym(handle, DDP_FABRIC_ENTRY_POINT_NAME));
+  auto entry = reinterpret_cast<FabricEntryPoint>(dlsym(handle, DDP_FABRIC_ENTRY_POINT_NAME));
   if (entry == nullptr) {
-    throw ConfigError("the fabric backend module " + where + " lacks " +
-                      DDP_FABRIC_ENTRY_POINT_NAME + "; it does not match this libddp: reinstall");
+    throw ConfigError("the fabric backend module " + where +
+                      " was built from other sources than this libddp (it lacks " +
+                      DDP_FABRIC_ENTRY_POINT_NAME +
+                      "); rebuild or reinstall libddp and libddp_fabric together");
   }
   return entry;
 }
 
-}  // namespace
-
 std::unique_ptr<Communicator> create_fabric_communicator(std::shared_ptr<Store> store, int rank,
                                                          int size, const CommOptions& options) {
   static std::mutex mutex;
-  static EntryPoint entry = nullptr;
+  static FabricEntryPoint entry = nullptr;
   // Loading the module runs library constructors, and the first fi_getinfo initialises every
   // provider (PSM among them): both may install signal handlers.
   // The guard also restores them when this throws.
   SignalDispositionGuard signals;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    if (entry == nullptr) entry = load_entry_point();
+    if (entry == nullptr) {
+      std::string where = module_beside_libddp();
+      if (where.empty()) where = DDP_FABRIC_MODULE_FILE;  // the loader's search path
+      entry = load_fabric_entry_point(where);
+    }
   }
   std::unique_ptr<Communicator> communicator(entry(store, rank, size, options));
   const auto changed = signals.restore();

@@ -3,17 +3,10 @@
 // DDP_BACKEND=fabric: programs that use gloo never load libfabric and its provider libraries
 // (PSM, verbs), nor run their constructors.
 #include <memory>
+#include <string>
 
 #include "ddp/comm/communicator.h"
 #include "ddp/store.h"
-
-// The module's one entry point (extern "C": looked up by name with dlsym).
-#define DDP_FABRIC_ENTRY_POINT ddp_fabric_create_communicator
-#define DDP_FABRIC_ENTRY_POINT_NAME "ddp_fabric_create_communicator"
-
-extern "C" ddp::Communicator* DDP_FABRIC_ENTRY_POINT(const std::shared_ptr<ddp::Store>& store,
-                                                     int rank, int size,
-                                                     const ddp::CommOptions& options);
 
 namespace ddp::detail {
 
@@ -21,5 +14,12 @@ namespace ddp::detail {
 // path) and creates a communicator with it. Throws ConfigError when the module cannot be loaded.
 std::unique_ptr<Communicator> create_fabric_communicator(std::shared_ptr<Store> store, int rank,
                                                          int size, const CommOptions& options);
+
+// The module's entry point in the library at `path` (dlopen'ed for good: libfabric providers do
+// not support being unloaded). Throws ConfigError when it cannot be loaded, or was built from
+// other sources than this libddp.
+using FabricEntryPoint = Communicator* (*)(const std::shared_ptr<Store>&, int, int,
+                                           const CommOptions&);
+FabricEntryPoint load_fabric_entry_point(const std::string& path);
 
 }  // namespace ddp::detail
