@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "ddp/comm/factory.h"
 #include "fabric_reference.h"
@@ -43,11 +44,12 @@ std::vector<VariantFactory> fabric_variants(int world_size) {
   // The same choice on TCP, where every message past the eager size costs ofi_rxm a
   // rendezvous: where the two cross there need not be where they cross on shm.
   const Env tcp{{"DDP_FABRIC_PROVIDER", "tcp;ofi_rxm"}};
-  for (const char* algorithm : {"ring", "recursive_doubling"}) {
+  for (const auto& [name, algorithm] :
+       {std::pair<const char*, const char*>{"ring", "ring"}, {"doubling", "recursive_doubling"}}) {
     Env env = tcp;
     env.emplace_back("DDP_FABRIC_ALGORITHM", algorithm);
     variants.push_back(
-        ddp_variant(std::string("ddp_fabric_tcp_") + algorithm + "_always", "fabric", env));
+        ddp_variant(std::string("ddp_fabric_tcp_") + name + "_always", "fabric", env));
   }
   return variants;
 }
