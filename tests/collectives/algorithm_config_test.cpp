@@ -39,6 +39,21 @@ TEST(AlgorithmConfig, UnsetVariablesKeepTheProvidersDefaults) {
       << "ranks on different providers' defaults must not agree on a plan";
 }
 
+TEST(AlgorithmConfig, PlanFingerprintFollowsTheSettingsThatShapeMessages) {
+  AlgorithmConfig a;
+  AlgorithmConfig b = a;
+  b.pipeline_depth = a.pipeline_depth + 3;  // depth does not change any message
+  EXPECT_EQ(a.fingerprint(), b.fingerprint());
+  b.chunk_bytes = a.chunk_bytes * 2;
+  EXPECT_NE(a.fingerprint(), b.fingerprint());
+  AlgorithmConfig c = a;
+  c.allreduce = AllreduceAlgorithm::kRing;
+  EXPECT_NE(a.fingerprint(), c.fingerprint());
+  AlgorithmConfig d = a;
+  d.min_chunk_bytes = 4096;
+  EXPECT_NE(a.fingerprint(), d.fingerprint());
+}
+
 TEST(AlgorithmConfig, AMalformedSettingIsAConfigError) {
   ScopedEnv algorithm("DDP_FABRIC_ALGORITHM", "halving");
   EXPECT_THROW(AlgorithmConfig::from_env(), ConfigError);

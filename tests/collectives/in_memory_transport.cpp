@@ -16,12 +16,12 @@ class InMemoryTransport final : public PeerTransport {
   int rank() const override { return rank_; }
   int size() const override { return fabric_.size(); }
 
-  void begin_op(OpHeader header) override {
+  void begin_op(const CollectiveSignature& signature) override {
     if (in_op_) throw std::logic_error("begin_op inside an op");
     in_op_ = true;
-    header_ = header;
+    header_ = signature;
     ++sequence_;
-    header_.signature.sequence = sequence_;
+    header_.sequence = sequence_;
     deadline_ = std::chrono::steady_clock::now() + fabric_.timeout_;
   }
 
@@ -64,11 +64,10 @@ class InMemoryTransport final : public PeerTransport {
     outstanding_.erase(it);
     std::unique_lock<std::mutex> lock(fabric_.mutex_);
     if (!fabric_.changed_.wait_until(lock, deadline_, [&] { return state->done; })) {
-      throw TimeoutError(to_string(header_.signature.kind), rank_, peer,
-                         "no message within the timeout");
+      throw TimeoutError(to_string(header_.kind), rank_, peer, "no message within the timeout");
     }
     if (!state->error.empty()) {
-      throw CommError(to_string(header_.signature.kind), rank_, peer, state->error);
+      throw CommError(to_string(header_.kind), rank_, peer, state->error);
     }
   }
 
@@ -101,7 +100,7 @@ class InMemoryTransport final : public PeerTransport {
   InMemoryNetwork& fabric_;
   int rank_;
   bool in_op_ = false;
-  OpHeader header_;
+  CollectiveSignature header_;
   std::uint32_t sequence_ = 0;
   std::chrono::steady_clock::time_point deadline_;
   std::vector<std::pair<const char*, std::size_t>> exposed_;
@@ -120,8 +119,8 @@ std::unique_ptr<PeerTransport> InMemoryNetwork::transport(int rank) {
 }
 
 void InMemoryNetwork::match(const Posted& send, const Posted& recv) {
-  if (auto cause = op_header_mismatch(recv.header, send.header, send.peer); !cause.empty()) {
-    recv.state->error = cause;
+  if (!recv.header.agrees_with(send.header)) {
+    recv.state->error = mismatch_message(recv.header, send.header, send.peer);
   } else if (send.bytes != recv.bytes) {
     recv.state->error = "the peer sent " + std::to_string(send.bytes) + " bytes, expected " +
                         std::to_string(recv.bytes);

@@ -41,7 +41,7 @@ class InMemoryNetwork {
   };
   struct Posted {
     int peer;
-    OpHeader header;
+    CollectiveSignature header;
     char* data;
     std::size_t bytes;
     std::shared_ptr<RequestState> state;

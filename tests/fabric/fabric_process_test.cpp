@@ -265,9 +265,8 @@ TEST_P(FabricTransportProcesses, MessagesThatArriveBeforeTheirReceivesAreAllMatc
     std::size_t total = 0;
     for (int i = 0; i < kMessages; ++i) total += bytes_of(i);
     auto* data = static_cast<unsigned char*>(t.scratch(total));
-    t.begin_op(collectives::OpHeader{
-        CollectiveSignature::make(CollectiveKind::kAllgather, DataType::kInt32, kMessages, 0, 0),
-        0});
+    t.begin_op(
+        CollectiveSignature::make(CollectiveKind::kAllgather, DataType::kInt32, kMessages, 0, 0));
     if (rank == 1) {
       std::size_t offset = 0;
       for (int i = 0; i < kMessages; ++i) {

@@ -19,10 +19,9 @@ class OpScope {
   OpScope(PeerTransport& transport, CollectiveKind kind, const Buffer& b,
           const AlgorithmConfig& config, std::uint32_t detail = 0)
       : transport_(transport) {
-    OpHeader header;
-    header.signature = CollectiveSignature::make(kind, b.dtype, b.count, detail, 0);
-    header.plan = config.fingerprint();
-    transport_.begin_op(header);
+    auto signature = CollectiveSignature::make(kind, b.dtype, b.count, detail, 0);
+    signature.plan = config.fingerprint();
+    transport_.begin_op(signature);
   }
   void finish() { transport_.end_op(); }
 

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "comm/collectives/op_header.h"
+#include "comm/collective_signature.h"
 
 namespace ddp::detail::collectives {
 
@@ -22,10 +22,11 @@ class PeerTransport {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  // Starts a collective and its deadline. `header` says what this rank believes the collective
-  // is (its sequence number is the transport's to fill in); a peer that believes otherwise fails
-  // the op with a clear error before any data moves between the two.
-  virtual void begin_op(OpHeader header) = 0;
+  // Starts a collective and its deadline. `signature` says what this rank believes the
+  // collective is, its plan the fingerprint of the settings that shape its messages (the
+  // sequence number is the transport's to fill in); a peer that believes otherwise fails the op
+  // with a clear error before any data moves between the two.
+  virtual void begin_op(const CollectiveSignature& signature) = 0;
   // Waits for every request not yet waited for and releases the op's memory registrations.
   virtual void end_op() = 0;
 

@@ -34,7 +34,7 @@ constexpr auto kStuckCallLimit = std::chrono::milliseconds(1000);
 // the op.
 constexpr auto kExitedPeerDrain = std::chrono::milliseconds(50);
 
-static_assert(std::is_trivially_copyable_v<collectives::OpHeader>, "headers travel as raw bytes");
+static_assert(std::is_trivially_copyable_v<CollectiveSignature>, "headers travel as raw bytes");
 
 // An abort notice: the sender's op sequence number, then why it gave up (text).
 constexpr std::size_t kNoticeSequenceBytes = sizeof(std::uint32_t);
@@ -109,7 +109,7 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
   // Elsewhere one receive that takes a notice from any peer is enough.
   notice_receives_ = is_shm_ ? peers_.size() : 1;
   const std::size_t control_bytes =
-      sizeof(collectives::OpHeader) * peers_.size() + kNoticeBytes * notice_receives_;
+      sizeof(CollectiveSignature) * peers_.size() + kNoticeBytes * notice_receives_;
   control_area_.reset(aligned_bytes(control_bytes));
   std::memset(control_area_.get(), 0, control_bytes);
   control_registration_ = std::make_unique<MemoryRegistration>(*endpoint_, control_area_.get(),
@@ -128,11 +128,11 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
 }
 
 char* FabricTransport::header_buffer(int peer) const {
-  return control_area_.get() + sizeof(collectives::OpHeader) * static_cast<std::size_t>(peer);
+  return control_area_.get() + sizeof(CollectiveSignature) * static_cast<std::size_t>(peer);
 }
 
 char* FabricTransport::notice_buffer(std::size_t index) const {
-  return control_area_.get() + sizeof(collectives::OpHeader) * peers_.size() + kNoticeBytes * index;
+  return control_area_.get() + sizeof(CollectiveSignature) * peers_.size() + kNoticeBytes * index;
 }
 
 FabricTransport::~FabricTransport() {
@@ -263,13 +263,13 @@ void FabricTransport::require_usable() const {
   }
 }
 
-void FabricTransport::begin_op(collectives::OpHeader header) {
-  header_ = header;
+void FabricTransport::begin_op(const CollectiveSignature& signature) {
+  header_ = signature;
   require_usable();
   if (!pending_abort_.empty()) fail(pending_abort_peer_, pending_abort_);
   in_op_ = true;
   ++sequence_;
-  header_.signature.sequence = sequence_;
+  header_.sequence = sequence_;
   const auto now = Clock::now();
   deadline_ = now + timeout_;
   next_liveness_check_ = now + kLivenessInterval;
@@ -399,7 +399,7 @@ std::uint64_t FabricTransport::op_tag(int source, std::uint32_t index, bool larg
 
 void FabricTransport::send_header(int peer) {
   const std::uint64_t bits = op_tag(rank_, kHeaderIndex);
-  const collectives::OpHeader& header = header_;
+  const CollectiveSignature& header = header_;
   fid_ep* ep = endpoint_->endpoint();
   const fi_addr_t destination = peers_[peer];
   if (injects_small_sends_ && sizeof(header) <= inject_bytes_) {
@@ -421,7 +421,7 @@ void FabricTransport::send_header(int peer) {
 
 void FabricTransport::post_header_receive(int peer) {
   const Request request =
-      acquire(SlotKind::kHeader, peer, kHeaderIndex, sizeof(collectives::OpHeader));
+      acquire(SlotKind::kHeader, peer, kHeaderIndex, sizeof(CollectiveSignature));
   Slot& s = slots_[request];
   s.buffer = header_buffer(peer);
   s.desc = control_registration_->descriptor();
@@ -565,12 +565,10 @@ void FabricTransport::complete(const fi_cq_tagged_entry& entry) {
       fail(source, cause);
     }
     case SlotKind::kHeader: {
-      collectives::OpHeader theirs;
+      CollectiveSignature theirs;
       std::memcpy(&theirs, s.buffer, sizeof(theirs));
-      if (entry.len != sizeof(theirs) ||
-          !collectives::op_header_mismatch(header_, theirs, s.peer).empty()) {
-        fail_mismatch(s.peer, theirs);
-      }
+      if (entry.len != sizeof(theirs)) fail_mismatch(s.peer, nullptr);
+      if (!theirs.agrees_with(header_)) fail_mismatch(s.peer, &theirs);
       PeerOpState& state = peer_states_[s.peer];
       state.header_valid = true;
       ready_receives_.insert(ready_receives_.end(), state.deferred.begin(), state.deferred.end());
@@ -590,12 +588,11 @@ void FabricTransport::complete(const fi_cq_tagged_entry& entry) {
   s.done = true;
 }
 
-void FabricTransport::fail_mismatch(int peer, const collectives::OpHeader& theirs) {
-  const std::string cause = collectives::op_header_mismatch(header_, theirs, peer);
-  fail(peer, cause.empty() ? "rank " + std::to_string(peer) +
-                                 " sent an op header of the wrong size; is it running another "
-                                 "version of this library?"
-                           : cause);
+void FabricTransport::fail_mismatch(int peer, const CollectiveSignature* theirs) {
+  fail(peer, theirs ? mismatch_message(header_, *theirs, peer)
+                    : "rank " + std::to_string(peer) +
+                          " sent an op header of the wrong size; is it running another version "
+                          "of this library?");
 }
 
 void FabricTransport::raise_completion_error() {

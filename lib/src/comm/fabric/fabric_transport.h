@@ -5,11 +5,11 @@
 // recorded (never counted against the wrong wait). Every wait is bounded by the op's deadline.
 //
 // Op headers: the first message a rank sends to a peer within an op is a small header saying
-// what this rank believes the collective is (op_header.h). The receiver checks it before it posts
-// any receive for a large message from that peer, so ranks that disagree on the collective or its
-// sizes fail with a clear error, and no large message can land in a receive of another size (see
-// message_tag.h for why that must never happen on shm). Small receives are posted at once, keeping
-// small ops fast.
+// what this rank believes the collective is (a CollectiveSignature). The receiver checks it before
+// it posts any receive for a large message from that peer, so ranks that disagree on the collective
+// or its sizes fail with a clear error, and no large message can land in a receive of another size
+// (see message_tag.h for why that must never happen on shm). Small receives are posted at once,
+// keeping small ops fast.
 //
 // On any failure (error completion, mismatch, timeout, peer exit, or an abort notice from a
 // peer) the transport tells every peer with a control message, so their waits end too, closes
@@ -38,7 +38,7 @@ class FabricTransport final : public collectives::PeerTransport {
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(peers_.size()); }
-  void begin_op(collectives::OpHeader header) override;
+  void begin_op(const CollectiveSignature& signature) override;
   void end_op() override;
   void expose(const void* data, std::size_t bytes) override;
   void* scratch(std::size_t bytes) override;
@@ -96,8 +96,8 @@ class FabricTransport final : public collectives::PeerTransport {
   void require_usable() const;
   // Builds the op's error, abandons the transport and throws it.
   [[noreturn]] void fail(int peer, const std::string& cause, bool timed_out = false);
-  [[noreturn]] void fail_mismatch(int peer, const collectives::OpHeader& theirs);
-  const char* op_name() const { return to_string(header_.signature.kind); }
+  [[noreturn]] void fail_mismatch(int peer, const CollectiveSignature* theirs);
+  const char* op_name() const { return to_string(header_.kind); }
   void abandon(const std::string& reason);
   void notify_peers(const std::string& reason);
   // Reads and discards completions for `period`; false if the provider wedged.
@@ -142,7 +142,7 @@ class FabricTransport final : public collectives::PeerTransport {
   std::vector<Request> ready_receives_;
 
   bool in_op_ = false;
-  collectives::OpHeader header_;
+  CollectiveSignature header_;  // this rank's, sent to every peer before its first message
   std::uint32_t sequence_ = 0;
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::steady_clock::time_point next_liveness_check_;

@@ -60,7 +60,8 @@ CollectiveSignature GlooDirectExchange::start(const CollectiveSignature& mine, c
   }
   sent_ = mine;
   sent_.sequence = next_sequence_++;
-  sent_.plan = plan_;
+  // Folds in the plan of the shared collectives when they run the op (zero otherwise).
+  sent_.plan = plan_ * 31 + mine.plan;
   sent_.payload_bytes = payload_bytes;
   half_ = 1 - half_;
   std::memcpy(slots_.send_slot(), &sent_, sizeof(sent_));

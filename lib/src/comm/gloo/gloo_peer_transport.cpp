@@ -26,11 +26,11 @@ std::uint64_t mix(std::uint64_t hash, std::uint64_t value) {
   return hash ^ (hash >> 31);
 }
 
-std::uint64_t op_hash(const CollectiveSignature& s, std::uint64_t plan) {
+std::uint64_t op_hash(const CollectiveSignature& s) {
   std::uint64_t hash = 0;
   for (std::uint64_t value :
        {std::uint64_t{static_cast<std::uint32_t>(s.kind)}, std::uint64_t{s.dtype},
-        std::uint64_t{s.detail}, s.count, s.sequence, s.plan, plan}) {
+        std::uint64_t{s.detail}, s.count, s.sequence, s.plan}) {
     hash = mix(hash, value);
   }
   return hash;
@@ -48,10 +48,11 @@ GlooPeerTransport::~GlooPeerTransport() = default;
 int GlooPeerTransport::rank() const { return context_->rank; }
 int GlooPeerTransport::size() const { return context_->size; }
 
-void GlooPeerTransport::begin_op(collectives::OpHeader header) {
+void GlooPeerTransport::begin_op(const CollectiveSignature& signature) {
   deadline_ = std::chrono::steady_clock::now() + timeout_;
-  const CollectiveSignature sent = exchange_.start(header.signature, nullptr, 0);
-  op_slots_ = kTransportSlotBit | ((op_hash(sent, header.plan) << kIndexBits) & ~kTransportSlotBit);
+  // As sent: with the sequence number, and the backend's plan folded into the collectives' one.
+  const CollectiveSignature sent = exchange_.start(signature, nullptr, 0);
+  op_slots_ = kTransportSlotBit | ((op_hash(sent) << kIndexBits) & ~kTransportSlotBit);
   signatures_checked_ = false;
 }
 

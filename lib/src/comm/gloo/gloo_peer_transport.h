@@ -36,7 +36,7 @@ class GlooPeerTransport final : public collectives::PeerTransport {
 
   int rank() const override;
   int size() const override;
-  void begin_op(collectives::OpHeader header) override;
+  void begin_op(const CollectiveSignature& signature) override;
   void end_op() override;
   void expose(const void*, std::size_t) override {}  // TCP needs no registration
   void* scratch(std::size_t bytes) override;
