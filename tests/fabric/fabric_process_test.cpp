@@ -298,6 +298,43 @@ INSTANTIATE_TEST_SUITE_P(LocalProviders, FabricTransportProcesses,
                            return std::string(info.param) == "shm" ? "shm" : "tcp_ofi_rxm";
                          });
 
+// Over TCP large receives are posted before the peer's header arrives, on the ground that
+// rxm reports a message longer than its receive: that report must end the op with an error
+// naming the peer, well before the timeout. (The header, which agrees here, cannot catch it.)
+TEST(FabricTcpTransport, AMessageLongerThanItsReceiveFailsTheOp) {
+  ScopedEnv select("DDP_FABRIC_PROVIDER", "tcp;ofi_rxm");
+  constexpr auto kTimeout = 20s;
+  auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
+    auto connection = connect_fabric(*store, rank, 2, kTimeout);
+    collectives::PeerTransport& t = *connection.transport;
+    constexpr std::size_t kSent = 150000;
+    auto* data = static_cast<char*>(t.scratch(kSent));
+    t.begin_op(
+        CollectiveSignature::make(CollectiveKind::kBroadcast, DataType::kInt32, kSent / 4, 1, 0));
+    if (rank == 1) {
+      t.send(0, 0, data, kSent);
+      try {
+        t.end_op();  // may fail once rank 0 reports the failure; either outcome is fine here
+      } catch (const CommError&) {
+      }
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      t.wait(t.recv(1, 0, data, kSent - 50000));
+      require(false, "a truncated message completed as a success");
+    } catch (const TimeoutError& e) {
+      require(false, std::string("truncation went unreported until the timeout: ") + e.what());
+    } catch (const CommError& e) {
+      const std::string message = e.what();
+      require(message.find("rank 1") != std::string::npos, "the error names no peer: " + message);
+    }
+    require(std::chrono::steady_clock::now() - start < kTimeout / 4,
+            "the truncation error took a quarter of the timeout");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
 TEST(FabricProviderChoice, AutomaticChoiceIsShmWhenAllRanksShareTheHost) {
   ScopedEnv no_ddp("DDP_FABRIC_PROVIDER", nullptr);
   ScopedEnv no_fi("FI_PROVIDER", nullptr);
