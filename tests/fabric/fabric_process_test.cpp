@@ -298,9 +298,9 @@ INSTANTIATE_TEST_SUITE_P(LocalProviders, FabricTransportProcesses,
                            return std::string(info.param) == "shm" ? "shm" : "tcp_ofi_rxm";
                          });
 
-// Over TCP large receives are posted before the peer's header arrives, on the ground that
-// rxm reports a message longer than its receive: that report must end the op with an error
-// naming the peer, well before the timeout. (The header, which agrees here, cannot catch it.)
+// Over TCP a message longer than its receive (which the op header, agreeing here, cannot catch)
+// is reported by rxm as a truncation: it must end the op with an error naming the peer, well
+// before the timeout.
 TEST(FabricTcpTransport, AMessageLongerThanItsReceiveFailsTheOp) {
   ScopedEnv select("DDP_FABRIC_PROVIDER", "tcp;ofi_rxm");
   constexpr auto kTimeout = 20s;

@@ -102,11 +102,6 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
   // Elsewhere an inject may still sit in a provider queue when fi_tinject returns, and would be
   // lost if this process exited right after its last collective; tracked sends are waited for.
   injects_small_sends_ = is_shm_;
-  // Over TCP (ofi_rxm on the tcp provider) a message longer than its receive completes with
-  // FI_ETRUNC, and the header, sent first on the same ordered connection, still reports a
-  // mismatch before it: receives can be posted at once, which saves the header's wait. Elsewhere
-  // (shm, and efa, which hands peers on the same host to shm) they wait for the header.
-  large_receives_wait_for_header_ = std::strstr(info.fabric_attr->prov_name, "tcp") == nullptr;
   peer_states_.resize(peers_.size());
 
   // shm gets one exact-tag notice receive per peer: a receive with ignore bits, once completed,
@@ -502,8 +497,8 @@ collectives::PeerTransport::Request FabricTransport::recv(int peer, std::uint32_
   s.buffer = data;
   s.desc = desc;
   s.tag = op_tag(peer, data_index(index), large);
-  // A large receive waits for the header where only then is its size known to be safe to post.
-  if (large && large_receives_wait_for_header_ && !state.header_valid) {
+  // A large receive waits for the header: only then is its size known to match the sender's.
+  if (large && !state.header_valid) {
     state.deferred.push_back(request);
   } else {
     post_receive(request);

@@ -121,8 +121,6 @@ class FabricTransport final : public collectives::PeerTransport {
   std::size_t max_message_bytes_;
   bool is_shm_;
   bool injects_small_sends_;
-  // Whether a large receive is posted only once the peer's header agreed (see message_tag.h).
-  bool large_receives_wait_for_header_;
 
   std::deque<Slot> slots_;  // stable addresses: libfabric holds pointers to their contexts
   std::unique_ptr<std::deque<Slot>> leaked_slots_;

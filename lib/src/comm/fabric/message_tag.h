@@ -12,8 +12,7 @@
 // The large bit keeps a large message from ever matching a receive posted for a small one: on
 // shm a large message lands by CMA, and a CMA message longer than its receive makes the provider
 // spin forever instead of reporting FI_ETRUNC. Large receives are only posted once the sender's
-// op header has shown that both ranks run the same collective (see fabric_transport.h), except
-// over TCP, whose truncation is reported (FabricTransport::large_receives_wait_for_header_).
+// op header has shown that both ranks run the same collective (see fabric_transport.h).
 #include <cstdint>
 
 namespace ddp::detail::fabric {
