@@ -143,8 +143,16 @@ void run_rank(int rank, int world, std::shared_ptr<Store> store, int argc, char*
   }
   std::vector<std::unique_ptr<AllreduceVariant>> variants;
   for (std::size_t i = 0; i < factories.size(); ++i) {
-    variants.push_back(
-        factories[i].make(store->with_prefix("variant" + std::to_string(i)), rank, world));
+    try {
+      variants.push_back(
+          factories[i].make(store->with_prefix("variant" + std::to_string(i)), rank, world));
+    } catch (const std::exception& e) {
+      // One line naming the variant, not std::terminate's backtrace; the other ranks, forked
+      // with PR_SET_PDEATHSIG, go with rank 0.
+      std::fprintf(stderr, "allreduce_bench: rank %d cannot set up variant %s: %s\n", rank,
+                   factories[i].name.c_str(), e.what());
+      std::exit(1);
+    }
   }
   static std::vector<float> data(kSizes[std::size(kSizes) - 1] / sizeof(float), 1.0f);
   if (!interleave.empty()) {
