@@ -12,14 +12,11 @@
 #include "comm/collective_signature.h"
 #include "comm/collectives/algorithm_config.h"
 #include "comm/gloo/gloo_direct_exchange.h"
+#include "comm/gloo/gloo_fwd.h"
 #include "comm/gloo/gloo_payload_exchange.h"
 #include "comm/gloo/gloo_peer_transport.h"
 #include "ddp/comm/communicator.h"
 #include "ddp/store.h"
-
-namespace gloo::rendezvous {
-class Context;
-}
 
 namespace ddp::detail {
 

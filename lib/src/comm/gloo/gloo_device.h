@@ -3,9 +3,7 @@
 #include <memory>
 #include <string>
 
-namespace gloo::transport {
-class Device;
-}
+#include "comm/gloo/gloo_fwd.h"
 
 namespace ddp::detail {
 

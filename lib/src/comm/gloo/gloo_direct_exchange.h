@@ -16,13 +16,7 @@
 
 #include "comm/collective_signature.h"
 #include "comm/gloo/gloo_exchange_slots.h"
-
-namespace gloo {
-class Context;
-namespace transport {
-class Buffer;
-}
-}  // namespace gloo
+#include "comm/gloo/gloo_fwd.h"
 
 namespace ddp::detail {
 

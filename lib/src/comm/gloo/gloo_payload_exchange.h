@@ -12,13 +12,7 @@
 #include <vector>
 
 #include "comm/gloo/gloo_exchange_slots.h"
-
-namespace gloo {
-class Context;
-namespace transport {
-class UnboundBuffer;
-}
-}  // namespace gloo
+#include "comm/gloo/gloo_fwd.h"
 
 namespace ddp::detail {
 

@@ -16,13 +16,7 @@
 #include <vector>
 
 #include "comm/collectives/peer_transport.h"
-
-namespace gloo {
-class Context;
-namespace transport {
-class UnboundBuffer;
-}
-}  // namespace gloo
+#include "comm/gloo/gloo_fwd.h"
 
 namespace ddp::detail {
 
