@@ -35,7 +35,7 @@ TEST(AlgorithmConfig, UnsetVariablesKeepTheProvidersDefaults) {
   ScopedEnv algorithm("DDP_FABRIC_ALGORITHM", nullptr);
   const auto config = AlgorithmConfig::from_env(AlgorithmConfig::for_provider("tcp;ofi_rxm"));
   EXPECT_EQ(config.ring_threshold_bytes, 512u * 1024);
-  EXPECT_NE(config.fingerprint(), AlgorithmConfig::from_env().fingerprint())
+  EXPECT_NE(config.fingerprint(), AlgorithmConfig::from_env(AlgorithmConfig{}).fingerprint())
       << "ranks on different providers' defaults must not agree on a plan";
 }
 
@@ -56,7 +56,7 @@ TEST(AlgorithmConfig, PlanFingerprintFollowsTheSettingsThatShapeMessages) {
 
 TEST(AlgorithmConfig, AMalformedSettingIsAConfigError) {
   ScopedEnv algorithm("DDP_FABRIC_ALGORITHM", "halving");
-  EXPECT_THROW(AlgorithmConfig::from_env(), ConfigError);
+  EXPECT_THROW(AlgorithmConfig::from_env(AlgorithmConfig{}), ConfigError);
 }
 
 }  // namespace

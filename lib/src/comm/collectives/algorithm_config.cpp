@@ -42,8 +42,6 @@ AlgorithmConfig AlgorithmConfig::for_provider(const std::string& provider) {
   return config;
 }
 
-AlgorithmConfig AlgorithmConfig::from_env() { return from_env(AlgorithmConfig{}); }
-
 AlgorithmConfig AlgorithmConfig::from_env(AlgorithmConfig defaults) {
   AlgorithmConfig config = defaults;
   if (auto name = env::get("DDP_FABRIC_ALGORITHM")) {

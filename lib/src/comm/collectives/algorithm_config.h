@@ -35,10 +35,9 @@ struct AlgorithmConfig {
   // every message past the eager size costs ofi_rxm a rendezvous, so the ring, which sends
   // 2(P-1) messages per rank to recursive doubling's log2(P), starts at larger payloads.
   static AlgorithmConfig for_provider(const std::string& provider);
-  // `defaults` (or the general ones), overridden by the variables above (ConfigError on
-  // malformed values).
+  // `defaults` (for_provider's), overridden by the variables above (ConfigError on malformed
+  // values).
   static AlgorithmConfig from_env(AlgorithmConfig defaults);
-  static AlgorithmConfig from_env();
 };
 
 }  // namespace ddp::detail::collectives
