@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "comm/fabric_entry_point.h"
 #include "comm/signal_dispositions.h"
@@ -13,6 +14,11 @@
 
 namespace ddp::detail {
 namespace {
+
+// dlsym's result is cast to this type: it must be the type the module defines.
+static_assert(std::is_same_v<FabricEntryPoint, decltype(&DDP_FABRIC_ENTRY_POINT)>,
+              "FabricEntryPoint (fabric_module.h) and the module's entry point "
+              "(fabric_entry_point.h) disagree");
 
 // Next to libddp itself (the build tree and an install prefix both keep them together).
 std::string module_beside_libddp() {
