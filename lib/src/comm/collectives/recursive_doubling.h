@@ -9,7 +9,7 @@
 
 namespace ddp::detail::collectives {
 
-// Reduces `buffer` in place within the current op, staging it through transport scratch.
+// Reduces `buffer` in place within the current op; receives land in transport scratch.
 void allreduce_recursive_doubling(PeerTransport& transport, Buffer buffer, ReduceFn reduce);
 
 }  // namespace ddp::detail::collectives
