@@ -29,14 +29,17 @@ std::vector<VariantFactory> fabric_variants(int world_size) {
     env.insert(env.end(), extra.begin(), extra.end());
     return env;
   };
-  for (const char* chunk : {"65536", "131072", "524288", "1048576"}) {
+  for (const char* chunk : {"131072", "262144", "1048576"}) {
     variants.push_back(ddp_variant(std::string("ddp_fabric_shm_chunk") + chunk, "fabric",
                                    with({{"DDP_FABRIC_CHUNK_BYTES", chunk}})));
   }
-  for (const char* depth : {"1", "2", "8"}) {
+  for (const char* depth : {"1", "4"}) {
     variants.push_back(ddp_variant(std::string("ddp_fabric_shm_depth") + depth, "fabric",
                                    with({{"DDP_FABRIC_PIPELINE_DEPTH", depth}})));
   }
+  // The ring as EFA pipelines it (the defaults before shm and tcp got their own).
+  const Env efa_pipeline{{"DDP_FABRIC_CHUNK_BYTES", "262144"}, {"DDP_FABRIC_PIPELINE_DEPTH", "4"}};
+  variants.push_back(ddp_variant("ddp_fabric_shm_efa_pipeline", "fabric", with(efa_pipeline)));
   variants.push_back(ddp_variant("ddp_fabric_shm_ring_always", "fabric",
                                  with({{"DDP_FABRIC_ALGORITHM", "ring"}})));
   variants.push_back(ddp_variant("ddp_fabric_shm_doubling_always", "fabric",
@@ -51,6 +54,9 @@ std::vector<VariantFactory> fabric_variants(int world_size) {
     variants.push_back(
         ddp_variant(std::string("ddp_fabric_tcp_") + name + "_always", "fabric", env));
   }
+  Env tcp_efa_pipeline = tcp;
+  tcp_efa_pipeline.insert(tcp_efa_pipeline.end(), efa_pipeline.begin(), efa_pipeline.end());
+  variants.push_back(ddp_variant("ddp_fabric_tcp_efa_pipeline", "fabric", tcp_efa_pipeline));
   return variants;
 }
 

@@ -16,9 +16,17 @@ TEST(AlgorithmConfig, TcpStartsTheRingAtLargerPayloadsThanShm) {
   EXPECT_EQ(AlgorithmConfig::for_provider("shm").ring_threshold_bytes, 64u * 1024);
   EXPECT_EQ(AlgorithmConfig::for_provider("efa").ring_threshold_bytes, 64u * 1024);
   EXPECT_EQ(AlgorithmConfig::for_provider("tcp;ofi_rxm").ring_threshold_bytes, 512u * 1024);
-  // Only the threshold differs: the ring itself is pipelined alike.
-  EXPECT_EQ(AlgorithmConfig::for_provider("tcp;ofi_rxm").chunk_bytes,
-            AlgorithmConfig{}.chunk_bytes);
+}
+
+TEST(AlgorithmConfig, WhereACoreCopiesEveryByteTheRingRunsInLargerChunksOneReceiveAhead) {
+  for (const char* provider : {"shm", "tcp;ofi_rxm", "tcp"}) {
+    SCOPED_TRACE(provider);
+    EXPECT_EQ(AlgorithmConfig::for_provider(provider).chunk_bytes, 512u * 1024);
+    EXPECT_EQ(AlgorithmConfig::for_provider(provider).pipeline_depth, 2);
+  }
+  // EFA's NIC moves data while the core reduces: the deeper pipeline stays.
+  EXPECT_EQ(AlgorithmConfig::for_provider("efa").chunk_bytes, 256u * 1024);
+  EXPECT_EQ(AlgorithmConfig::for_provider("efa").pipeline_depth, 4);
 }
 
 TEST(AlgorithmConfig, TheEnvironmentOverridesTheProvidersDefaults) {

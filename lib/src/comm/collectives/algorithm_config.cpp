@@ -31,7 +31,20 @@ std::uint64_t AlgorithmConfig::fingerprint() const {
 
 AlgorithmConfig AlgorithmConfig::for_provider(const std::string& provider) {
   AlgorithmConfig config;
-  if (provider.find("tcp") != std::string::npos) {
+  const bool tcp = provider.find("tcp") != std::string::npos;
+  const bool shm = provider == "shm";
+  if (tcp || shm) {
+    // On shm (the receiver's CMA copy) and over TCP (the kernel's copies) a CPU core moves every
+    // byte: a deeper pipeline overlaps nothing with the reduction on these cores, it only adds
+    // messages and evicts what the reduction is about to read. Larger chunks with one receive
+    // posted ahead, against 256 KiB chunks with three ahead, 2 ranks interleaved: 1.1-1.2x at
+    // 1-64 MiB on shm and tcp (bench/allreduce_bench with DDP_BENCH_FABRIC_TUNING=1,
+    // bench/results/2026-11-23-fabric-pipeline.txt). EFA keeps the deeper pipeline: its NIC
+    // moves the data while the core reduces.
+    config.chunk_bytes = std::size_t{512} << 10;
+    config.pipeline_depth = 2;
+  }
+  if (tcp) {
     // bench/allreduce_bench with DDP_BENCH_FABRIC_TUNING=1, 2 ranks on tcp;ofi_rxm, recursive
     // doubling against the ring in the same runs: at 16-256 KiB doubling took 0.70-0.98 of the
     // ring's time in both placements of this VM's cores (64 KiB: 135 vs 181 us, 117 vs 152 us);

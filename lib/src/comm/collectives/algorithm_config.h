@@ -1,7 +1,7 @@
 #pragma once
 // Tuning of the shared collectives: which allreduce algorithm, where the switch to the ring
-// happens and how finely the ring is pipelined. The defaults suit the fabric backend
-// (bench/allreduce_bench), which lets the environment override every value (from_env).
+// happens and how finely the ring is pipelined. The fabric backend starts from its provider's
+// defaults (for_provider) and lets the environment override every value (from_env).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -24,14 +24,15 @@ struct AlgorithmConfig {
   // down to this size, so that mid-sized buffers still pipeline (0: chunks are chunk_bytes).
   std::size_t min_chunk_bytes = 0;
   static constexpr std::size_t kMinChunksPerBlock = 4;
-  // DDP_FABRIC_PIPELINE_DEPTH: receives kept posted ahead of the one being reduced.
+  // DDP_FABRIC_PIPELINE_DEPTH: receives kept posted at once, the one being waited for included.
   int pipeline_depth = 4;
 
   // A hash of the settings that shape messages; ranks must agree on it (it travels in the op
   // header).
   std::uint64_t fingerprint() const;
 
-  // The defaults for a libfabric provider (as fi_info names it, e.g. "tcp;ofi_rxm"): on TCP
+  // The defaults for a libfabric provider (as fi_info names it, e.g. "tcp;ofi_rxm"). Where a
+  // core copies every byte (shm, tcp) the ring runs in larger chunks, one receive ahead. On TCP
   // every message past the eager size costs ofi_rxm a rendezvous, so the ring, which sends
   // 2(P-1) messages per rank to recursive doubling's log2(P), starts at larger payloads.
   static AlgorithmConfig for_provider(const std::string& provider);

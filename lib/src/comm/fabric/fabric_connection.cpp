@@ -105,7 +105,8 @@ OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, i
       (host_count == 1 ? " host" : " hosts") + ", inject " +
       bytes_text(info->tx_attr->inject_size) + ", max message " +
       bytes_text(info->ep_attr->max_msg_size) + ", ring from " +
-      bytes_text(config.ring_threshold_bytes) + " in " + bytes_text(config.chunk_bytes) + " chunks";
+      bytes_text(config.ring_threshold_bytes) + " in " + bytes_text(config.chunk_bytes) +
+      " chunks, " + std::to_string(config.pipeline_depth) + " receives posted at once";
   if (rank == 0) {
     log::info("fabric: {}", description);
   } else {
