@@ -65,8 +65,8 @@ void allreduce_recursive_doubling(PeerTransport& transport, Buffer buffer, Reduc
   const std::size_t bytes = buffer.bytes();
   // The reduction runs in the caller's buffer and receives land in scratch. Eager sends need no
   // registered memory; larger ones are sent from the caller's buffer, registered for this op,
-  // which saves copying the payload into scratch and back (on tcp;ofi_rxm 3-4 % at 64 KiB and
-  // 10 % at 256 KiB, bench/results/2026-11-23-fabric-doubling-in-place.txt).
+  // which saves copying the payload into scratch and back (on tcp;ofi_rxm 7-10 % at 256 KiB,
+  // bench/results/2026-11-23-fabric-doubling-in-place.txt).
   if (cut(transport, bytes).piece_bytes > transport.eager_message_bytes()) {
     transport.expose(buffer.data, bytes);
   }
