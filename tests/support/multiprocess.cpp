@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <execinfo.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -12,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -47,6 +49,69 @@ void report_crashes() {
 
 using Clock = std::chrono::steady_clock;
 
+// What taking the stacks of hung ranks may add to a test, all ranks together: gdb reads the
+// symbols of every library a rank maps (libtorch among them) before it prints.
+constexpr auto kStacksBudget = std::chrono::seconds(40);
+
+std::string stacks_of(pid_t pid, std::chrono::milliseconds limit) {
+  int out[2];
+  if (pipe(out) != 0) return "no stacks: pipe failed";
+  const std::string target = std::to_string(pid);
+  const pid_t gdb = fork();
+  if (gdb < 0) {
+    close(out[0]);
+    close(out[1]);
+    return "no stacks: fork failed";
+  }
+  if (gdb == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    dup2(out[1], STDOUT_FILENO);
+    dup2(out[1], STDERR_FILENO);
+    close(out[0]);
+    close(out[1]);
+    execlp("gdb", "gdb", "-batch", "-nx", "-q", "-p", target.c_str(), "-ex", "thread apply all bt",
+           static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  std::string text;
+  const auto give_up = Clock::now() + limit;
+  bool timed_out = false;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(give_up - Clock::now()).count();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd readable{out[0], POLLIN, 0};
+    if (poll(&readable, 1, static_cast<int>(left)) <= 0) continue;
+    char chunk[4096];
+    const ssize_t got = read(out[0], chunk, sizeof(chunk));
+    if (got <= 0) break;
+    text.append(chunk, static_cast<std::size_t>(got));
+  }
+  close(out[0]);
+  if (timed_out) kill(gdb, SIGKILL);
+  int status = 0;
+  waitpid(gdb, &status, 0);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+    return "no stacks: gdb is not installed (scripts/install-deps installs it)";
+  }
+  // Keep the stacks; drop gdb's chatter about libraries and symbols.
+  std::istringstream lines(text);
+  std::string line;
+  std::string stacks;
+  while (std::getline(lines, line)) {
+    if (line.rfind("Thread ", 0) == 0 || line.rfind("#", 0) == 0) stacks += line + "\n";
+  }
+  if (stacks.empty()) {
+    return timed_out ? "no stacks: gdb took longer than " + std::to_string(limit.count()) + " ms"
+                     : "no stacks: gdb could not attach: " + text.substr(0, text.find('\n'));
+  }
+  return stacks;
+}
+
 std::vector<RankOutcome> run_ranks(int world_size, std::chrono::milliseconds deadline,
                                    const std::function<void(int rank)>& body) {
   std::fflush(stdout);
@@ -59,6 +124,8 @@ std::vector<RankOutcome> run_ranks(int world_size, std::chrono::milliseconds dea
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
+      // Lets the parent's gdb (not an ancestor) attach under Yama's ptrace_scope 1.
+      prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
       if (getppid() != parent) _exit(98);  // the parent is already gone
       report_crashes();
       int code = 0;
@@ -94,8 +161,14 @@ std::vector<RankOutcome> run_ranks(int world_size, std::chrono::milliseconds dea
     }
     if (running == 0) break;
     if (Clock::now() - start > deadline) {
+      const auto stacks_until = Clock::now() + kStacksBudget;
       for (auto& o : outcomes) {
         if (o.pid <= 0) continue;
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(stacks_until - Clock::now());
+        o.stacks_at_deadline = left.count() > 0
+                                   ? stacks_of(o.pid, left)
+                                   : "no stacks: the time for them went to the ranks above";
         kill(o.pid, SIGKILL);
         waitpid(o.pid, nullptr, 0);
         o.killed_at_deadline = true;
@@ -114,7 +187,10 @@ std::vector<RankOutcome> run_ranks(int world_size, std::chrono::milliseconds dea
 
 std::string describe(const RankOutcome& o) {
   std::string text = "rank " + std::to_string(o.rank) + " (pid " + std::to_string(o.pid) + ")";
-  if (o.killed_at_deadline) return text + " still running at the deadline and was killed";
+  if (o.killed_at_deadline) {
+    return text + " still running at the deadline and was killed; its stacks then:\n" +
+           o.stacks_at_deadline;
+  }
   if (o.signal != 0) return text + " died from signal " + std::to_string(o.signal);
   return text + " exited with " + std::to_string(o.exit_code) + " after " +
          std::to_string(o.elapsed.count()) + " ms";

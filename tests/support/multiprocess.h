@@ -24,7 +24,14 @@ struct RankOutcome {
   int signal = 0;      // the signal that killed it, or 0
   bool killed_at_deadline = false;
   std::chrono::milliseconds elapsed{0};
+  // For a rank killed at the deadline: its threads' stacks just before, so that a hang seen once
+  // (in CI, say) shows where it hung; or why they could not be taken.
+  std::string stacks_at_deadline;
 };
+
+// Every thread's stack of a running process of this user, as gdb prints it ("Thread ...",
+// "#0 ..." lines), taken within `limit`; a one-line reason instead when that fails.
+std::string stacks_of(pid_t pid, std::chrono::milliseconds limit);
 
 // Forks `world_size` children running body(rank). A child exits 0 when body returns, 1 when it
 // throws (the message goes to stderr). Children die with the parent (PR_SET_PDEATHSIG).
