@@ -298,6 +298,53 @@ INSTANTIATE_TEST_SUITE_P(LocalProviders, FabricTransportProcesses,
                            return std::string(info.param) == "shm" ? "shm" : "tcp_ofi_rxm";
                          });
 
+// Sockets this process has open (the links in /proc/self/fd that name a socket).
+int open_sockets() {
+  int sockets = 0;
+  for (int fd = 0; fd < 4096; ++fd) {
+    char path[64];
+    char target[64];
+    std::snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    const ssize_t length = readlink(path, target, sizeof(target) - 1);
+    if (length > 0 &&
+        std::string(target, static_cast<std::size_t>(length)).rfind("socket:", 0) == 0) {
+      ++sockets;
+    }
+  }
+  return sockets;
+}
+
+// Closing an ofi_rxm endpoint whose peer failed mid-rendezvous can crash libfabric 1.17 (see
+// FabricTransport's constructor), so a failed communicator leaves its endpoint, sockets
+// included, to process exit; a healthy one closes them when it is destroyed.
+TEST(FabricTcpTransport, AFailedCommunicatorLeavesItsEndpointOpenAHealthyOneClosesIt) {
+  ScopedEnv select("DDP_FABRIC_PROVIDER", "tcp;ofi_rxm");
+  auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
+    const int before = open_sockets();
+    {
+      auto healthy = create_communicator("fabric", store, rank, 2, with_timeout(20s));
+      std::vector<float> values(300000, 1.0f);
+      healthy->allreduce(values);
+      require(open_sockets() > before, "the endpoint opened no socket to count");
+    }
+    require(open_sockets() == before, "a healthy communicator left " +
+                                          std::to_string(open_sockets() - before) +
+                                          " sockets open when it was destroyed");
+    auto failing = create_communicator("fabric", store, rank, 2, with_timeout(20s));
+    const int opened = open_sockets();
+    // Over the ring threshold, so the ranks' chunks travel by rendezvous.
+    std::vector<float> values(rank == 1 ? 300001 : 300000, 1.0f);
+    try {
+      failing->allreduce(values);
+      require(false, "mismatched allreduce succeeded");
+    } catch (const CommError&) {
+    }
+    failing.reset();
+    require(open_sockets() >= opened, "the failed communicator closed its endpoint");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
 // Over TCP a message longer than its receive (which the op header, agreeing here, cannot catch)
 // is reported by rxm as a truncation: it must end the op with an error naming the peer, well
 // before the timeout.

@@ -99,6 +99,12 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
   inject_bytes_ = info.tx_attr->inject_size;
   max_message_bytes_ = std::max<std::size_t>(info.ep_attr->max_msg_size, 1);
   is_shm_ = std::strcmp(info.fabric_attr->prov_name, "shm") == 0;
+  // libfabric 1.17's ofi_rxm can crash in fi_close when a peer that failed tore its connection
+  // down during a rendezvous: its flush of the connection's completion queue reads a cancelled
+  // entry whose context is gone (a segfault in rxm_handle_comp_error, about 1 in 250 failed
+  // 3-4 rank collectives over tcp;ofi_rxm on a loaded machine). A failed communicator is never
+  // used again, and the process closes its sockets when it exits, so there it stays open.
+  leaves_failed_endpoint_open_ = std::strstr(info.fabric_attr->prov_name, "ofi_rxm") != nullptr;
   // Elsewhere an inject may still sit in a provider queue when fi_tinject returns, and would be
   // lost if this process exited right after its last collective; tracked sends are waited for.
   injects_small_sends_ = is_shm_;
@@ -169,8 +175,11 @@ void FabricTransport::release_fabric() {
     wedged_ = true;
   }
   // A provider call never returned (or the objects belong to the parent of this forked
-  // process): closing could hang or break the owner. Leak the objects and the memory they
-  // reference.
+  // process): closing could hang or break the owner.
+  leak_fabric();
+}
+
+void FabricTransport::leak_fabric() {
   for (auto& registration : op_registrations_) (void)registration.release();
   (void)scratch_registration_.release();
   (void)control_registration_.release();
@@ -646,6 +655,11 @@ void FabricTransport::abandon(const std::string& reason) {
   failure_ = reason;
   log::debug("fabric: abandoning the endpoint: {}", reason);
   if (!wedged_) notify_peers(reason);
+  if (leaves_failed_endpoint_open_ && !wedged_) {
+    log::debug("fabric: leaving the failed {} endpoint open until the process exits",
+               endpoint_->info().fabric_attr->prov_name);
+    return leak_fabric();
+  }
   release_fabric();
 }
 

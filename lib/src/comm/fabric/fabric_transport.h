@@ -105,12 +105,16 @@ class FabricTransport final : public collectives::PeerTransport {
   void release_fabric();
   // Leaks the fabric objects without touching them (wedged_ must be set).
   void abandon_silently();
+  // Leaks the fabric objects and the memory they reference, closing nothing.
+  void leak_fabric();
   // Runs one libfabric call under the stuck-call guard; fails the op if it never returns.
   template <typename Call>
   ssize_t guarded(Call&& call);
 
   std::unique_ptr<StuckCallGuard> guard_;
   bool wedged_ = false;  // a call was abandoned: the endpoint must not be touched again
+  // After a failure the endpoint is left open until the process exits (see abandon()).
+  bool leaves_failed_endpoint_open_;
   std::unique_ptr<FabricEndpoint> endpoint_;
   std::vector<fi_addr_t> peers_;
   int rank_;
