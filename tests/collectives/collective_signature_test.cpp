@@ -32,5 +32,23 @@ TEST(CollectiveSignature, ThePayloadSizeIsNotPartOfTheAgreement) {
   EXPECT_TRUE(with_payload.agrees_with(allreduce_of(64, 1)));
 }
 
+TEST(CollectiveSignature, TheDigestTellsApartEveryFieldThatMustAgreeButTheSequence) {
+  const auto base = allreduce_of(64, 1);
+  EXPECT_EQ(base.digest(), allreduce_of(64, 1).digest());
+  auto later = base;
+  later.sequence = 99;
+  later.payload_bytes = 256;
+  EXPECT_EQ(later.digest(), base.digest());
+  auto kind = base;
+  kind.kind = CollectiveKind::kBroadcast;
+  auto dtype = base;
+  dtype.dtype = static_cast<std::uint32_t>(DataType::kInt32);
+  auto detail = base;
+  detail.detail = static_cast<std::uint32_t>(ReduceOp::kMax);
+  for (const auto& other : {kind, dtype, detail, allreduce_of(65, 1), allreduce_of(64, 2)}) {
+    EXPECT_NE(other.digest(), base.digest()) << describe(other);
+  }
+}
+
 }  // namespace
 }  // namespace ddp::detail

@@ -141,6 +141,8 @@ TEST_P(FabricProcesses, MismatchedSizesFailEveryRankQuicklyAndForGood) {
 TEST_P(FabricProcesses, SameByteCountButDifferentTypeIsReportedAsAMismatch) {
   const auto [provider, n] = GetParam();
   ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
+  testing::SharedMemory shared(sizeof(int));
+  int* saw_the_mismatch = shared.as<int>();
   auto outcomes = run_group(n, [&](int rank, std::shared_ptr<Store> store) {
     auto comm = create_communicator("fabric", store, rank, n, with_timeout(30s));
     std::vector<float> floats(5000, 1.0f);
@@ -153,12 +155,21 @@ TEST_P(FabricProcesses, SameByteCountButDifferentTypeIsReportedAsAMismatch) {
       }
     } catch (const TimeoutError& e) {
       require(false, std::string("timed out: ") + e.what());
-    } catch (const CommError&) {
+    } catch (const CommError& e) {
+      // Seen first hand ("rank 1 issued ..."), or learnt from a peer's abort notice.
+      const std::string what = e.what();
+      if (what.find(" issued ") != std::string::npos) {
+        __atomic_add_fetch(saw_the_mismatch, 1, __ATOMIC_SEQ_CST);
+      } else {
+        require(what.find("aborted the job's collectives") != std::string::npos,
+                "neither the mismatch nor a peer's abort: " + what);
+      }
       return;
     }
     require(false, "allreduce over different types succeeded");
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+  EXPECT_GE(*saw_the_mismatch, 1) << "no rank reported that another one issued another collective";
 }
 
 // Killed between ops and in the middle of a large allreduce: the others fail within the timeout.

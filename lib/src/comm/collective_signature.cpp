@@ -19,6 +19,17 @@ bool CollectiveSignature::agrees_with(const CollectiveSignature& o) const {
          count == o.count && sequence == o.sequence && plan == o.plan;
 }
 
+std::uint64_t CollectiveSignature::digest() const {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a over the fields that must agree
+  for (std::uint64_t field : {std::uint64_t{magic}, static_cast<std::uint64_t>(kind),
+                              std::uint64_t{dtype}, std::uint64_t{detail}, count, plan}) {
+    for (int byte = 0; byte < 8; ++byte) {
+      hash = (hash ^ ((field >> (8 * byte)) & 0xff)) * 0x100000001b3ULL;
+    }
+  }
+  return hash;
+}
+
 const char* to_string(CollectiveKind kind) {
   switch (kind) {
     case CollectiveKind::kAllreduce:

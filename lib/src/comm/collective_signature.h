@@ -36,6 +36,9 @@ struct CollectiveSignature {
 
   // Equal in everything that must agree across ranks (not payload_bytes), the plan included.
   bool agrees_with(const CollectiveSignature& other) const;
+  // A 64-bit hash of what must agree, less the sequence number: for transports that carry the
+  // sequence elsewhere (a message tag) and have only 8 bytes to spare for the rest.
+  std::uint64_t digest() const;
 };
 
 const char* to_string(CollectiveKind kind);

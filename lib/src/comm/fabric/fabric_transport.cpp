@@ -104,7 +104,9 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
   // entry whose context is gone (a segfault in rxm_handle_comp_error, about 1 in 250 failed
   // 3-4 rank collectives over tcp;ofi_rxm on a loaded machine). A failed communicator is never
   // used again, and the process closes its sockets when it exits, so there it stays open.
-  leaves_failed_endpoint_open_ = std::strstr(info.fabric_attr->prov_name, "ofi_rxm") != nullptr;
+  const bool rxm = std::strstr(info.fabric_attr->prov_name, "ofi_rxm") != nullptr;
+  leaves_failed_endpoint_open_ = rxm;
+  digests_in_cq_data_ = rxm && info.domain_attr->cq_data_size >= sizeof(std::uint64_t);
   // Elsewhere an inject may still sit in a provider queue when fi_tinject returns, and would be
   // lost if this process exited right after its last collective; tracked sends are waited for.
   injects_small_sends_ = is_shm_;
@@ -279,6 +281,7 @@ void FabricTransport::begin_op(const CollectiveSignature& signature) {
   in_op_ = true;
   ++sequence_;
   header_.sequence = sequence_;
+  op_digest_ = header_.digest();
   const auto now = Clock::now();
   deadline_ = now + timeout_;
   next_liveness_check_ = now + kLivenessInterval;
@@ -469,9 +472,11 @@ collectives::PeerTransport::Request FabricTransport::send(int peer, std::uint32_
   PeerOpState& state = peer_state(peer);
   if (!state.header_sent) {
     state.header_sent = true;
-    send_header(peer);
+    if (!digests_in_cq_data_) send_header(peer);
   }
-  const bool large = bytes > inject_bytes_;
+  // With digests the ranks may disagree on the size before anything shows it: the tags must
+  // match regardless, so the size bit stays clear.
+  const bool large = bytes > inject_bytes_ && !digests_in_cq_data_;
   const std::uint64_t bits = op_tag(rank_, data_index(index), large);
   fid_ep* ep = endpoint_->endpoint();
   const fi_addr_t destination = peers_[peer];
@@ -486,6 +491,13 @@ collectives::PeerTransport::Request FabricTransport::send(int peer, std::uint32_
   void* desc = descriptor_for(data, bytes);
   const Request request = acquire(SlotKind::kSend, peer, index, bytes);
   void* context = &slots_[request].context;
+  if (digests_in_cq_data_) {
+    const std::uint64_t digest = op_digest_;
+    post_with_retry(
+        [&] { return fi_tsenddata(ep, data, bytes, desc, digest, destination, bits, context); },
+        peer, "a send to");
+    return request;
+  }
   post_with_retry([&] { return fi_tsend(ep, data, bytes, desc, destination, bits, context); }, peer,
                   "a send to");
   return request;
@@ -497,9 +509,13 @@ collectives::PeerTransport::Request FabricTransport::recv(int peer, std::uint32_
   PeerOpState& state = peer_state(peer);
   if (!state.header_posted) {
     state.header_posted = true;
-    post_header_receive(peer);
+    if (digests_in_cq_data_) {
+      state.header_valid = true;  // each message's digest is checked as it arrives
+    } else {
+      post_header_receive(peer);
+    }
   }
-  const bool large = bytes > inject_bytes_;
+  const bool large = bytes > inject_bytes_ && !digests_in_cq_data_;
   void* desc = descriptor_for(data, bytes);
   const Request request = acquire(SlotKind::kRecv, peer, index, bytes);
   Slot& s = slots_[request];
@@ -589,6 +605,13 @@ void FabricTransport::complete(const fi_cq_tagged_entry& entry) {
         fail(s.peer, "rank " + std::to_string(s.peer) + " sent " + std::to_string(entry.len) +
                          " bytes where this rank expected " + std::to_string(s.bytes) +
                          "; the ranks passed buffers of different sizes");
+      }
+      if (digests_in_cq_data_ && (!(entry.flags & FI_REMOTE_CQ_DATA) || entry.data != op_digest_)) {
+        fail(s.peer, "rank " + std::to_string(s.peer) + " issued another collective than this " +
+                         "rank's " + describe(header_) +
+                         " (another kind, type, element count, op, root, or DDP_FABRIC_* "
+                         "setting); every rank must issue the same collectives in the same "
+                         "order");
       }
       break;
     default:

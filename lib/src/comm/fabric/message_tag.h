@@ -12,7 +12,8 @@
 // The large bit keeps a large message from ever matching a receive posted for a small one: on
 // shm a large message lands by CMA, and a CMA message longer than its receive makes the provider
 // spin forever instead of reporting FI_ETRUNC. Large receives are only posted once the sender's
-// op header has shown that both ranks run the same collective (see fabric_transport.h).
+// op header has shown that both ranks run the same collective (see fabric_transport.h). Over
+// ofi_rxm, which reports truncation, the bit stays clear and receives are posted at once.
 #include <cstdint>
 
 namespace ddp::detail::fabric {
