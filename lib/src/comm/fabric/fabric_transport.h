@@ -19,7 +19,8 @@
 //
 // On any failure (error completion, mismatch, timeout, peer exit, or an abort notice from a
 // peer) the transport tells every peer with a control message, so their waits end too, closes
-// its endpoint (so nothing touches caller memory any more) and refuses later ops.
+// its endpoint (over ofi_rxm leaves it open until the process exits: see the constructor) and
+// refuses later ops. No libfabric call is made on it again, so nothing touches caller memory.
 #include <chrono>
 #include <deque>
 #include <memory>
