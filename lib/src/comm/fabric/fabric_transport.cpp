@@ -44,10 +44,11 @@ constexpr std::size_t kNoticeSequenceBytes = sizeof(std::uint32_t);
 // while a collective waits, never in the background.
 class PollBackoff {
  public:
+  explicit PollBackoff(std::chrono::microseconds spin) : spin_(spin) {}
   void reset() { idle_since_ = Clock::now(); }
   void pause(Clock::time_point now) {
     const auto idle = now - idle_since_;
-    if (idle < std::chrono::microseconds(50)) return;
+    if (idle < spin_) return;
     if (idle < std::chrono::milliseconds(5)) {
       sched_yield();
     } else {
@@ -56,6 +57,7 @@ class PollBackoff {
   }
 
  private:
+  std::chrono::microseconds spin_;
   Clock::time_point idle_since_ = Clock::now();
 };
 
@@ -106,6 +108,13 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
   // used again, and the process closes its sockets when it exits, so there it stays open.
   const bool rxm = std::strstr(info.fabric_attr->prov_name, "ofi_rxm") != nullptr;
   leaves_failed_endpoint_open_ = rxm;
+  // Over TCP the data moves only while the peer runs its progress too: a rank that yields its
+  // core to a busy thread (training compute, or any CPU hog) for a time slice stalls both. With
+  // a busy loop beside the ranks, 300 us of spinning before the first yield took a 64 KiB
+  // allreduce from 1429 to 144 us and 1 MiB from 6506 to 2419 us; without it nothing changed. On
+  // shm the longer spin made 1 MiB slower under the same load (848 vs 479 us), so shm keeps 50 us
+  // (bench/results/2026-11-23-fabric-spin-under-load.txt).
+  spin_before_yield_ = std::chrono::microseconds(rxm ? 300 : 50);
   digests_in_cq_data_ = rxm && info.domain_attr->cq_data_size >= sizeof(std::uint64_t);
   // Elsewhere an inject may still sit in a provider queue when fi_tinject returns, and would be
   // lost if this process exited right after its last collective; tracked sends are waited for.
@@ -382,7 +391,7 @@ void FabricTransport::check_awaited_peers_alive() {
 
 template <typename Post>
 void FabricTransport::post_with_retry(Post&& post, int peer, const char* what) {
-  PollBackoff backoff;
+  PollBackoff backoff(spin_before_yield_);
   for (;;) {
     const ssize_t rc = guarded(post);
     if (rc == 0) return;
@@ -534,7 +543,7 @@ collectives::PeerTransport::Request FabricTransport::recv(int peer, std::uint32_
 void FabricTransport::wait(Request request) {
   require_usable();
   Slot& s = slots_[request];
-  PollBackoff backoff;
+  PollBackoff backoff(spin_before_yield_);
   while (!s.done) {
     if (progress()) {
       backoff.reset();

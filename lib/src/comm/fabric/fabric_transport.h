@@ -132,6 +132,8 @@ class FabricTransport final : public collectives::PeerTransport {
   std::size_t max_message_bytes_;
   bool is_shm_;
   bool injects_small_sends_;
+  // How long a wait spins before it starts yielding its core (see the constructor).
+  std::chrono::microseconds spin_before_yield_;
   bool digests_in_cq_data_;  // ofi_rxm: no header messages (see above)
   std::uint64_t op_digest_ = 0;
 
