@@ -418,6 +418,12 @@ std::uint64_t FabricTransport::op_tag(int source, std::uint32_t index, bool larg
   return encode_tag(tag);
 }
 
+bool FabricTransport::large_message(std::size_t bytes) const {
+  // With digests the ranks may disagree on the size before anything shows it: the tags must
+  // match regardless, so the size bit stays clear.
+  return bytes > inject_bytes_ && !digests_in_cq_data_;
+}
+
 void FabricTransport::send_header(int peer) {
   const std::uint64_t bits = op_tag(rank_, kHeaderIndex);
   const CollectiveSignature& header = header_;
@@ -483,9 +489,7 @@ collectives::PeerTransport::Request FabricTransport::send(int peer, std::uint32_
     state.header_sent = true;
     if (!digests_in_cq_data_) send_header(peer);
   }
-  // With digests the ranks may disagree on the size before anything shows it: the tags must
-  // match regardless, so the size bit stays clear.
-  const bool large = bytes > inject_bytes_ && !digests_in_cq_data_;
+  const bool large = large_message(bytes);
   const std::uint64_t bits = op_tag(rank_, data_index(index), large);
   fid_ep* ep = endpoint_->endpoint();
   const fi_addr_t destination = peers_[peer];
@@ -524,7 +528,7 @@ collectives::PeerTransport::Request FabricTransport::recv(int peer, std::uint32_
       post_header_receive(peer);
     }
   }
-  const bool large = bytes > inject_bytes_ && !digests_in_cq_data_;
+  const bool large = large_message(bytes);
   void* desc = descriptor_for(data, bytes);
   const Request request = acquire(SlotKind::kRecv, peer, index, bytes);
   Slot& s = slots_[request];

@@ -85,6 +85,9 @@ class FabricTransport final : public collectives::PeerTransport {
   void post_receive(Request request);
   // The tag of a message of the current op sent by `source` (its header or its data).
   std::uint64_t op_tag(int source, std::uint32_t index, bool large = false) const;
+  // Whether a data message of `bytes` carries the tag's large bit; sender and receiver must
+  // decide alike.
+  bool large_message(std::size_t bytes) const;
   void send_header(int peer);
   void post_header_receive(int peer);
   void post_control_receive(Slot& slot);
