@@ -2,6 +2,7 @@
 // address records exchanged through the store.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include "comm/fabric/address_exchange.h"
+#include "comm/fabric/cross_memory_attach.h"
 #include "comm/fabric/host_identity.h"
 #include "comm/fabric/peer_liveness.h"
 #include "comm/fabric/provider_selection.h"
@@ -66,8 +68,38 @@ TEST(HostIdentity, DescribesThisProcessAndRoundTrips) {
   EXPECT_EQ(back.host_key, self.host_key);
   EXPECT_EQ(back.pid, self.pid);
   EXPECT_EQ(back.route_address, self.route_address);
+  EXPECT_NE(self.cma_probe, 0u);
+  EXPECT_EQ(back.cma_probe, self.cma_probe);
   EXPECT_THROW(HostIdentity::parse("no pid line"), ConfigError);
   EXPECT_THROW(HostIdentity::parse("key\nnot-a-pid\n"), ConfigError);
+}
+
+TEST(CrossMemoryAttach, ReadsAPeersProbeWordAndSaysWhyNot) {
+  // A child is a peer this process may read (its parent, with the same probe address).
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::pause();
+    _exit(0);
+  }
+  EXPECT_EQ(cma_denied(child, cma_probe_address()), "");
+  const std::string wrong_word = cma_denied(child, cma_probe_address() + 1);
+  EXPECT_NE(wrong_word, "");
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  const std::string gone = cma_denied(child, cma_probe_address());
+  EXPECT_NE(gone.find("process_vm_readv"), std::string::npos) << gone;
+}
+
+TEST(CrossMemoryAttach, FiShmDisableCmaIsReadAsLibfabricReadsIt) {
+  ::unsetenv("FI_SHM_DISABLE_CMA");
+  EXPECT_EQ(cma_disabled_by_environment(), "");
+  ::setenv("FI_SHM_DISABLE_CMA", "0", 1);
+  EXPECT_EQ(cma_disabled_by_environment(), "");
+  ::setenv("FI_SHM_DISABLE_CMA", "yes", 1);
+  EXPECT_NE(cma_disabled_by_environment().find("FI_SHM_DISABLE_CMA"), std::string::npos);
+  ::setenv("FI_SHM_DISABLE_CMA", "maybe", 1);
+  EXPECT_THROW(cma_disabled_by_environment(), ConfigError);
+  ::unsetenv("FI_SHM_DISABLE_CMA");
 }
 
 TEST(HostIdentity, CountsHostsAndLocalIndices) {

@@ -1,9 +1,12 @@
 // The fabric backend end to end: ranks are forked processes on loopback (tests/support
 // harness), on each local provider that exercises manual progress (shm and tcp;ofi_rxm).
 #include <gtest/gtest.h>
+#include <linux/capability.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -450,6 +453,64 @@ TEST(FabricProviderChoice, TooSmallDevShmMeansTcpAutomaticallyAndAnErrorWhenShmI
   if (automatic == 77) GTEST_SKIP() << "cannot create a private mount namespace here (needs root)";
   EXPECT_EQ(automatic, 0);
   EXPECT_EQ(in_small_dev_shm(24, world(true)), 0);
+}
+
+// Drops CAP_SYS_PTRACE from this process, so that it reads another process's memory only where
+// plain ptrace rules allow (the same user, a dumpable target), as in a container without
+// SYS_PTRACE. With `unreadable`, it also becomes non-dumpable, so that peers without the
+// capability cannot read it: as ranks that are siblings under Yama ptrace_scope 1.
+void restrict_cross_memory_attach(bool unreadable) {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  require(::syscall(SYS_capget, &header, data) == 0, "capget failed");
+  constexpr unsigned kBit = 1u << (CAP_SYS_PTRACE % 32);
+  data[CAP_SYS_PTRACE / 32].effective &= ~kBit;
+  data[CAP_SYS_PTRACE / 32].permitted &= ~kBit;
+  require(::syscall(SYS_capset, &header, data) == 0, "capset failed");
+  if (unreadable) require(::prctl(PR_SET_DUMPABLE, 0) == 0, "PR_SET_DUMPABLE failed");
+}
+
+// Without cross-memory attach libfabric 1.17's shm stalls on messages that arrive before their
+// receive; automatic choice must take tcp instead, and a forced shm must fail at once. Only
+// rank 1 is unreadable: ranks 0 and 2 see the refusal, rank 1 sees none, and all must agree.
+TEST(FabricProviderChoice, WithoutCrossMemoryAttachShmIsReplacedByTcpOrRefusedWhenForced) {
+  ScopedEnv no_fi("FI_PROVIDER", nullptr);
+  for (const bool forced : {false, true}) {
+    ScopedEnv select("DDP_FABRIC_PROVIDER", forced ? "shm" : nullptr);
+    auto outcomes = run_group(3, [&](int rank, std::shared_ptr<Store> store) {
+      restrict_cross_memory_attach(rank == 1);
+      try {
+        auto comm = create_communicator("fabric", store, rank, 3, with_timeout(20s));
+        auto* fabric = dynamic_cast<FabricCommunicator*>(comm.get());
+        require(!forced, "forced shm connected without cross-memory attach");
+        require(fabric && fabric->provider() == "tcp;ofi_rxm", "automatic choice was not tcp");
+        std::vector<float> values(256 * 1024, static_cast<float>(rank + 1));  // 1 MiB
+        comm->allreduce(values);
+        require(values.front() == 6.0f && values.back() == 6.0f, "allreduce over tcp");
+      } catch (const Error& e) {
+        // ConfigError on each rank; a peer's reason relayed through the store is a CommError.
+        require(forced, e.what());
+        require(std::string(e.what()).find("cross-memory attach") != std::string::npos, e.what());
+      }
+    });
+    EXPECT_TRUE(testing::all_ranks_succeeded(outcomes)) << (forced ? "forced shm" : "automatic");
+  }
+}
+
+// FI_SHM_DISABLE_CMA turns cross-memory attach off inside libfabric whatever the kernel allows.
+TEST(FabricProviderChoice, FiShmDisableCmaMeansTcpAutomatically) {
+  ScopedEnv no_ddp("DDP_FABRIC_PROVIDER", nullptr);
+  ScopedEnv no_fi("FI_PROVIDER", nullptr);
+  ScopedEnv no_cma("FI_SHM_DISABLE_CMA", "1");
+  auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
+    auto comm = create_communicator("fabric", store, rank, 2, with_timeout(20s));
+    auto* fabric = dynamic_cast<FabricCommunicator*>(comm.get());
+    require(fabric && fabric->provider() == "tcp;ofi_rxm", "automatic choice was not tcp");
+    std::vector<float> values(256 * 1024, 1.0f);
+    comm->allreduce(values);
+    require(values.front() == 2.0f && values.back() == 2.0f, "allreduce over tcp");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
 }
 
 TEST(FabricProviderChoice, UnknownProviderIsAConfigErrorListingTheUsableOnes) {

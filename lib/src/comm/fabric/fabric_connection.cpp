@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "comm/fabric/address_exchange.h"
+#include "comm/fabric/cross_memory_attach.h"
 #include "comm/fabric/fabric_info.h"
 #include "comm/fabric/fabric_transport.h"
 #include "comm/fabric/host_identity.h"
@@ -48,6 +49,47 @@ struct OpenedEndpoint {
   collectives::AlgorithmConfig config;
 };
 
+// Why shm cannot copy large messages between the ranks (see cross_memory_attach.h); empty when
+// it can. Every rank tests every other and publishes what it found, and all take the first
+// failure in rank order, so that all choose alike even when only one direction is refused.
+// Only asked when every rank is on this host: the one case where shm can be chosen and work.
+std::string cross_memory_attach_blocker(Store& store, const std::vector<HostIdentity>& hosts,
+                                        int rank) {
+  const int size = static_cast<int>(hosts.size());
+  std::string mine;
+  try {
+    mine = cma_disabled_by_environment();
+    if (!mine.empty()) mine += " (unset it)";
+  } catch (const Error& e) {
+    mine = e.what();
+    store.set("cma/" + std::to_string(rank), mine);
+    publish_failure(store, rank, e.what());
+    throw;
+  }
+  for (int r = 0; r < size && mine.empty(); ++r) {
+    if (r == rank) continue;
+    const std::string denied = cma_denied(hosts[r].pid, hosts[r].cma_probe);
+    if (!denied.empty()) {
+      mine = "rank " + std::to_string(rank) + " cannot read the memory of rank " +
+             std::to_string(r) + " by cross-memory attach (" + denied +
+             "; allow ptrace between the ranks: kernel.yama.ptrace_scope=0 on the node, or the "
+             "SYS_PTRACE capability in the container's securityContext)";
+    }
+  }
+  // A prefix keeps the value non-empty when there is nothing to report.
+  store.set("cma/" + std::to_string(rank), "checked:" + mine);
+  for (int r = 0; r < size; ++r) {
+    const std::string record = store.get("cma/" + std::to_string(r));
+    const std::string theirs = record.rfind("checked:", 0) == 0 ? record.substr(8) : record;
+    if (!theirs.empty()) {
+      return theirs +
+             ", and without cross-memory attach libfabric 1.17's shm provider fails or stalls on "
+             "every message above its inject size";
+    }
+  }
+  return "";
+}
+
 // Why the shm regions of this host's ranks would not fit in /dev/shm; empty if they do. A
 // region that outgrows a full tmpfs kills its process with SIGBUS, so this is checked first.
 std::string shm_room(const std::vector<HostIdentity>& hosts, int rank) {
@@ -62,14 +104,17 @@ std::string shm_room(const std::vector<HostIdentity>& hosts, int rank) {
          " MiB; mount a larger /dev/shm (Kubernetes: an emptyDir with medium Memory)";
 }
 
-OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, int size) {
+// `cma_blocker`: see cross_memory_attach_blocker.
+OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, int size,
+                             const std::string& cma_blocker) {
   const int host_count = count_hosts(hosts);
-  const std::string room = shm_room(hosts, rank);
-  const auto choice =
-      choose_provider_from_env([] { return provider_present("efa"); }, host_count, size, room);
-  if (choice.provider == "shm" && !room.empty()) {
-    throw ConfigError("libfabric provider shm (" + choice.reason + ") cannot run here: " + room +
-                      ", or set DDP_FABRIC_PROVIDER=tcp;ofi_rxm");
+  std::string shm_blocker = shm_room(hosts, rank);
+  if (shm_blocker.empty()) shm_blocker = cma_blocker;
+  const auto choice = choose_provider_from_env([] { return provider_present("efa"); }, host_count,
+                                               size, shm_blocker);
+  if (choice.provider == "shm" && !shm_blocker.empty()) {
+    throw ConfigError("libfabric provider shm (" + choice.reason + ") cannot run here: " +
+                      shm_blocker + "; or set DDP_FABRIC_PROVIDER=tcp;ofi_rxm");
   }
   InfoQuery query{choice.provider, std::nullopt, std::nullopt};
   if (binds_to_ip_address(choice.provider) && !env::get("FI_TCP_IFACE")) {
@@ -144,9 +189,13 @@ FabricConnection connect_fabric(Store& store, int rank, int size,
     hosts[r] = HostIdentity::parse(scoped->get("host/" + std::to_string(r)));
   }
 
+  std::string cma_blocker;
+  if (size > 1 && count_hosts(hosts) == 1) {
+    cma_blocker = cross_memory_attach_blocker(*scoped, hosts, rank);
+  }
   OpenedEndpoint opened;
   try {
-    opened = open_endpoint(hosts, rank, size);
+    opened = open_endpoint(hosts, rank, size, cma_blocker);
   } catch (const Error& e) {
     publish_failure(*scoped, rank, e.what());
     throw;

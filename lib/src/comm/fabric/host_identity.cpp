@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "comm/fabric/cross_memory_attach.h"
 #include "ddp/error.h"
 #include "net/local_address.h"
 
@@ -35,6 +36,7 @@ HostIdentity HostIdentity::current(const std::string& store_host) {
   id.host_key = std::string(hostname) + "/" + read_first_line("/proc/sys/kernel/random/boot_id") +
                 "/" + link_target("/proc/self/ns/pid") + "/" + link_target("/proc/self/ns/ipc");
   id.pid = ::getpid();
+  id.cma_probe = cma_probe_address();
   try {
     id.route_address = net::local_address_towards(store_host);
   } catch (const ConfigError&) {
@@ -44,7 +46,8 @@ HostIdentity HostIdentity::current(const std::string& store_host) {
 }
 
 std::string HostIdentity::serialize() const {
-  return host_key + "\n" + std::to_string(pid) + "\n" + route_address;
+  return host_key + "\n" + std::to_string(pid) + "\n" + route_address + "\n" +
+         std::to_string(cma_probe);
 }
 
 HostIdentity HostIdentity::parse(const std::string& text) {
@@ -56,10 +59,14 @@ HostIdentity HostIdentity::parse(const std::string& text) {
                       "'; are two jobs sharing one store prefix?");
   }
   std::getline(in, id.route_address);
+  std::string probe;
+  std::getline(in, probe);
   try {
     id.pid = static_cast<pid_t>(std::stol(pid));
+    if (!probe.empty()) id.cma_probe = std::stoull(probe);
   } catch (const std::exception&) {
-    throw ConfigError("malformed pid '" + pid + "' in a host record of the rendezvous store");
+    throw ConfigError("malformed pid '" + pid + "' or probe address '" + probe +
+                      "' in a host record of the rendezvous store");
   }
   return id;
 }

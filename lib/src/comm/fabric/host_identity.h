@@ -4,6 +4,7 @@
 // and cross-process reads (CMA) between them work. Two pods on one node count as two hosts.
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,8 @@ namespace ddp::detail::fabric {
 struct HostIdentity {
   std::string host_key;  // equal for processes that can use shm with each other
   pid_t pid = 0;
-  std::string route_address;  // the local IP that routes towards the rendezvous store
+  std::string route_address;     // the local IP that routes towards the rendezvous store
+  std::uintptr_t cma_probe = 0;  // where peers read to test cross-memory attach (0: unknown)
 
   // This process; `store_host` is where the rendezvous store lives.
   static HostIdentity current(const std::string& store_host);
