@@ -125,8 +125,9 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
   // can leave its mask on an entry shm reuses for unexpected messages and make them mismatch.
   // Elsewhere one receive that takes a notice from any peer is enough.
   notice_receives_ = is_shm_ ? peers_.size() : 1;
+  // The notice receives' buffers, then one a notice too long to inject is sent from.
   const std::size_t control_bytes =
-      sizeof(CollectiveSignature) * peers_.size() + kNoticeBytes * notice_receives_;
+      sizeof(CollectiveSignature) * peers_.size() + kNoticeBytes * (notice_receives_ + 1);
   control_area_.reset(aligned_bytes(control_bytes));
   std::memset(control_area_.get(), 0, control_bytes);
   control_registration_ = std::make_unique<MemoryRegistration>(*endpoint_, control_area_.get(),
@@ -709,9 +710,14 @@ void FabricTransport::notify_peers(const std::string& reason) {
   std::string notice(kNoticeSequenceBytes, '\0');
   std::memcpy(notice.data(), &sequence_, kNoticeSequenceBytes);
   notice += reason;
-  notice.resize(std::min({notice.size(), inject_bytes_, kNoticeBytes}));
+  notice.resize(std::min(notice.size(), kNoticeBytes));
+  // Where the provider injects less (64 bytes over tcp;ofi_rxm) the notice is sent from the
+  // registered control area instead, so that the peers read the whole reason.
+  const bool injected = notice.size() <= inject_bytes_;
+  char* staged = notice_buffer(notice_receives_);
+  std::memcpy(staged, notice.data(), notice.size());
+  void* desc = control_registration_->descriptor();
   fid_ep* ep = endpoint_->endpoint();
-  const char* text = notice.data();
   const std::size_t length = notice.size();
   const auto give_up = Clock::now() + std::chrono::milliseconds(100);
   for (int peer = 0; peer < size(); ++peer) {
@@ -720,9 +726,13 @@ void FabricTransport::notify_peers(const std::string& reason) {
     // peers rather than wait for the stuck-call guard.
     if (auto pid = liveness_.pid_of(peer); pid && process_exited(*pid)) continue;
     const fi_addr_t destination = peers_[peer];
+    void* context = injected ? nullptr : &slots_[acquire(SlotKind::kSend, peer, 0, length)].context;
     for (;;) {
       ssize_t rc = 0;
-      if (!guard_->run([&] { rc = fi_tinject(ep, text, length, destination, bits); })) {
+      if (!guard_->run([&] {
+            rc = injected ? fi_tinject(ep, staged, length, destination, bits)
+                          : fi_tsend(ep, staged, length, desc, destination, bits, context);
+          })) {
         wedged_ = true;
         return;
       }
@@ -730,7 +740,7 @@ void FabricTransport::notify_peers(const std::string& reason) {
       if (!drain_quietly(std::chrono::milliseconds(0))) return;
     }
   }
-  // shm delivers an inject before returning; socket providers need progress to send it.
+  // shm delivers an inject before returning; socket providers need progress to send.
   if (!is_shm_) drain_quietly(std::chrono::milliseconds(20));
 }
 
