@@ -3,11 +3,12 @@
 // at every size before the next size starts, so a change of host placement during the run hits
 // all variants alike. Reports the median per-op time and nccl-tests' algbw/busbw
 // (busbw = algbw * 2(n-1)/n).
-//   allreduce_bench [--ranks=N] [--interleave=REGEX] [google benchmark flags]
+//   allreduce_bench [--ranks=N] [--interleave=REGEX] [--cpu-hogs=N] [google benchmark flags]
 // --interleave runs only the variants whose names match REGEX, all of them once per iteration
 // in shuffled order: the way to compare variants whose differences are smaller than this
 // machine's drift between benchmarks (see register_interleaved). bench/interleaved_table
-// summarises several such runs.
+// summarises several such runs. --cpu-hogs=N runs N busy loops beside the ranks for the whole
+// run, the way training compute or a noisy neighbour competes with a collective for the cores.
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -197,16 +198,39 @@ void run_rank(int rank, int world, std::shared_ptr<Store> store, int argc, char*
   benchmark::Shutdown();
 }
 
+// Processes that only burn CPU until killed (or until the benchmark dies: PR_SET_PDEATHSIG).
+std::vector<pid_t> start_cpu_hogs(int count) {
+  std::vector<pid_t> hogs;
+  for (int i = 0; i < count; ++i) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      for (volatile unsigned long spin = 0;; spin = spin + 1) {
+      }
+    }
+    if (pid > 0) hogs.push_back(pid);
+  }
+  return hogs;
+}
+
+void stop(const std::vector<pid_t>& processes) {
+  for (pid_t pid : processes) kill(pid, SIGKILL);
+  for (pid_t pid : processes) waitpid(pid, nullptr, 0);
+}
+
 }  // namespace
 }  // namespace ddp::bench
 
 int main(int argc, char** argv) {
   int world = 2;
+  int cpu_hogs = 0;
   std::string interleave;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--ranks=", 8) == 0) {
       world = std::max(2, std::atoi(argv[i] + 8));
+    } else if (std::strncmp(argv[i], "--cpu-hogs=", 11) == 0) {
+      cpu_hogs = std::max(0, std::atoi(argv[i] + 11));
     } else if (std::strncmp(argv[i], "--interleave=", 13) == 0) {
       interleave = argv[i] + 13;
     } else if (std::strstr(argv[i], "random_interleaving")) {
@@ -242,7 +266,12 @@ int main(int argc, char** argv) {
   std::printf("inter-core round trip: %.2f us (%s placement)\n", rtt_us,
               rtt_us < 1.8 ? "near" : "far");
   benchmark::AddCustomContext("intercore_rtt_us", std::to_string(rtt_us));
+  if (cpu_hogs > 0) std::printf("busy loops beside the ranks: %d\n", cpu_hogs);
+  benchmark::AddCustomContext("cpu_hogs", std::to_string(cpu_hogs));
+  // After the placement probe, which needs both cores to itself.
+  const auto hogs = ddp::bench::start_cpu_hogs(cpu_hogs);
   ddp::bench::run_rank(0, world, server, nargs, args.data(), interleave);
+  ddp::bench::stop(hogs);
   int failed = 0;
   for (pid_t pid : children) {
     int status = 0;
