@@ -497,9 +497,10 @@ void restrict_cross_memory_attach(bool unreadable) {
   if (unreadable) require(::prctl(PR_SET_DUMPABLE, 0) == 0, "PR_SET_DUMPABLE failed");
 }
 
-// Without cross-memory attach libfabric 1.17's shm stalls on messages that arrive before their
-// receive; automatic choice must take tcp instead, and a forced shm must fail at once. Only
-// rank 1 is unreadable: ranks 0 and 2 see the refusal, rank 1 sees none, and all must agree.
+// Without cross-memory attach libfabric 1.17's shm fails every message above its inject size
+// (an I/O error here, where the kernel refuses the reads); automatic choice must take tcp
+// instead, and a forced shm must fail at connect. Only rank 1 is unreadable: ranks 0 and 2 see
+// the refusal, rank 1 sees none, and all must agree.
 TEST(FabricProviderChoice, WithoutCrossMemoryAttachShmIsReplacedByTcpOrRefusedWhenForced) {
   ScopedEnv no_fi("FI_PROVIDER", nullptr);
   for (const bool forced : {false, true}) {

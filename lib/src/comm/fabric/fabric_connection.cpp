@@ -52,7 +52,9 @@ struct OpenedEndpoint {
 // Why shm cannot copy large messages between the ranks (see cross_memory_attach.h); empty when
 // it can. Every rank tests every other and publishes what it found, and all take the first
 // failure in rank order, so that all choose alike even when only one direction is refused.
-// Only asked when every rank is on this host: the one case where shm can be chosen and work.
+// Only asked when every rank is on this host, the one case where shm can be chosen and work,
+// and then whatever provider is set: every rank waits for every other's record, so whether a
+// rank takes part must not depend on its own environment.
 std::string cross_memory_attach_blocker(Store& store, const std::vector<HostIdentity>& hosts,
                                         int rank) {
   const int size = static_cast<int>(hosts.size());
