@@ -3,6 +3,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -36,6 +37,37 @@ TEST(ReduceKernels, NativeTypesSumMinMax) {
   }
   auto i64 = apply<std::int64_t>(DataType::kInt64, ReduceOp::kSum, {1LL << 40, -5}, {1, 7});
   EXPECT_EQ(i64, (std::vector<std::int64_t>{(1LL << 40) + 1, 2}));
+}
+
+// The kernels work through the data in 4 KiB blocks (prefetching the next block's output): sizes
+// around and across block boundaries, and output aliasing either input.
+template <typename T>
+void expect_blockwise_sums_exact(DataType dtype) {
+  const std::size_t block = 4096 / sizeof(T);
+  for (std::size_t n :
+       {std::size_t{0}, std::size_t{1}, block - 1, block, block + 1, 3 * block + 7}) {
+    std::vector<T> a(n), b(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      a[i] = static_cast<T>(i % 1000);
+      b[i] = static_cast<T>(3 * (i % 777));
+    }
+    std::vector<T> into_a = a, into_b = b, apart(n);
+    reduce_kernel(dtype, ReduceOp::kSum)(into_a.data(), into_a.data(), b.data(), n);
+    reduce_kernel(dtype, ReduceOp::kSum)(into_b.data(), a.data(), into_b.data(), n);
+    reduce_kernel(dtype, ReduceOp::kMax)(apart.data(), a.data(), b.data(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(into_a[i], a[i] + b[i]) << "n=" << n << " i=" << i;
+      ASSERT_EQ(into_b[i], a[i] + b[i]) << "n=" << n << " i=" << i;
+      ASSERT_EQ(apart[i], std::max(a[i], b[i])) << "n=" << n << " i=" << i;
+    }
+  }
+}
+
+TEST(ReduceKernels, EveryElementAcrossBlockBoundaries) {
+  expect_blockwise_sums_exact<float>(DataType::kFloat32);
+  expect_blockwise_sums_exact<double>(DataType::kFloat64);
+  expect_blockwise_sums_exact<std::int32_t>(DataType::kInt32);
+  expect_blockwise_sums_exact<std::int64_t>(DataType::kInt64);
 }
 
 TEST(ReduceKernels, HalfTypesRoundTripThroughFloat) {

@@ -1,5 +1,6 @@
 #include "comm/reduce_kernels.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include <c10/util/BFloat16.h>
@@ -15,17 +16,55 @@ template <typename T>
 using Array = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 template <typename T, ReduceOp Op>
-void reduce_native(void* out, const void* a, const void* b, std::size_t n) {
+void reduce_span(T* out, const T* a, const T* b, std::size_t n) {
   const auto count = static_cast<Eigen::Index>(n);
-  ConstArray<T> x(static_cast<const T*>(a), count);
-  ConstArray<T> y(static_cast<const T*>(b), count);
-  Array<T> z(static_cast<T*>(out), count);
+  ConstArray<T> x(a, count);
+  ConstArray<T> y(b, count);
+  Array<T> z(out, count);
   if constexpr (Op == ReduceOp::kMin) {
     z = x.min(y);
   } else if constexpr (Op == ReduceOp::kMax) {
     z = x.max(y);
   } else {
     z = x + y;
+  }
+}
+
+// Asks for write ownership of [data, data + bytes) ahead of the stores: PREFETCHW on x86 (a no-op
+// on CPUs that predate it; written as asm, since GCC drops a function of bare prefetches as having
+// no effect), PRFM PSTL1KEEP elsewhere.
+void prefetch_for_write(const char* data, std::size_t bytes) {
+  constexpr std::size_t kCacheLine = 64;
+  for (std::size_t offset = 0; offset < bytes; offset += kCacheLine) {
+#if defined(__x86_64__) || defined(__i386__)
+    asm volatile("prefetchw %0" : : "m"(data[offset]));
+#else
+    __builtin_prefetch(data + offset, /*rw=*/1, /*locality=*/3);
+#endif
+  }
+}
+
+// A collective reduces into memory its peers have just read: on shm a peer's cross-memory-attach
+// copy leaves the lines in its cache, and plain stores to such lines stall on taking them back,
+// only a few round trips in flight at a time. PREFETCHW one block ahead puts many more in flight.
+// bench/reduce_kernel_bench, 512 KiB of floats: 29-30 us against 48-50 with plain stores when
+// another core had just read the output, 15-17 against 11-13 when none had. A 1 MiB allreduce on
+// shm takes 0.86-0.91 of its time; tcp and gloo are level within noise
+// (bench/results/2026-11-23-reduce-prefetchw.txt).
+template <typename T, ReduceOp Op>
+void reduce_native(void* out, const void* a, const void* b, std::size_t n) {
+  constexpr std::size_t kBlock = 4096 / sizeof(T);
+  T* z = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (std::size_t start = 0; start < n; start += kBlock) {
+    const std::size_t len = std::min(kBlock, n - start);
+    const std::size_t next = start + len;
+    if (next < n) {
+      prefetch_for_write(reinterpret_cast<const char*>(z + next),
+                         std::min(kBlock, n - next) * sizeof(T));
+    }
+    reduce_span<T, Op>(z + start, x + start, y + start, len);
   }
 }
 
@@ -43,7 +82,7 @@ void reduce_half(void* out, const void* a, const void* b, std::size_t n) {
       fx[i] = static_cast<float>(x[start + i]);
       fy[i] = static_cast<float>(y[start + i]);
     }
-    reduce_native<float, Op>(fz, fx, fy, len);
+    reduce_span<float, Op>(fz, fx, fy, len);
     for (std::size_t i = 0; i < len; ++i) z[start + i] = Half(fz[i]);
   }
 }
