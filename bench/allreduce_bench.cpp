@@ -67,10 +67,16 @@ std::vector<VariantFactory> all_variants(int world) {
   v.push_back(ddp_variant("ddp_gloo", "gloo"));
   v.push_back(ddp_variant("ddp_gloo_ring", "gloo", {{"DDP_GLOO_ALGORITHM", "ring"}}));
   v.push_back(ddp_variant("ddp_gloo_gloo_ring", "gloo", {{"DDP_GLOO_ALGORITHM", "gloo_ring"}}));
+  v.push_back(ddp_variant("ddp_gloo_avg", "gloo", {}, ReduceOp::kAvg));
   const auto backends = available_backends();
   if (std::find(backends.begin(), backends.end(), "fabric") != backends.end()) {
-    v.push_back(ddp_variant("ddp_fabric_shm", "fabric", {{"DDP_FABRIC_PROVIDER", "shm"}}));
-    v.push_back(ddp_variant("ddp_fabric_tcp", "fabric", {{"DDP_FABRIC_PROVIDER", "tcp;ofi_rxm"}}));
+    const std::vector<std::pair<std::string, std::string>> shm{{"DDP_FABRIC_PROVIDER", "shm"}};
+    const std::vector<std::pair<std::string, std::string>> tcp{
+        {"DDP_FABRIC_PROVIDER", "tcp;ofi_rxm"}};
+    v.push_back(ddp_variant("ddp_fabric_shm", "fabric", shm));
+    v.push_back(ddp_variant("ddp_fabric_tcp", "fabric", tcp));
+    v.push_back(ddp_variant("ddp_fabric_shm_avg", "fabric", shm, ReduceOp::kAvg));
+    v.push_back(ddp_variant("ddp_fabric_tcp_avg", "fabric", tcp, ReduceOp::kAvg));
   }
   for (auto& f : fabric_variants(world)) v.push_back(std::move(f));
   for (auto& f : raw_gloo_variants()) v.push_back(std::move(f));

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/comm/types.h"
 #include "ddp/store.h"
 
 namespace ddp::bench {
@@ -23,9 +24,11 @@ struct VariantFactory {
   std::function<std::unique_ptr<AllreduceVariant>(std::shared_ptr<Store>, int rank, int size)> make;
 };
 
-// ddp's communicator of `backend`, after setting `env` (e.g. DDP_GLOO_ALGORITHM=ring).
+// ddp's communicator of `backend`, after setting `env` (e.g. DDP_GLOO_ALGORITHM=ring), running
+// `op` (kSum like the references; kAvg is what DDP runs on its buckets).
 VariantFactory ddp_variant(const std::string& name, const std::string& backend,
-                           std::vector<std::pair<std::string, std::string>> env = {});
+                           std::vector<std::pair<std::string, std::string>> env = {},
+                           ReduceOp op = ReduceOp::kSum);
 
 // Raw gloo: classic AllreduceRing / AllreduceRingChunked / AllreduceHalvingDoubling
 // (constructed once per buffer, as c10d caches them) and the gloo::allreduce API (ring).

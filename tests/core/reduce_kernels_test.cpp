@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -87,6 +89,55 @@ TEST(ReduceKernels, AverageUsesTheSumKernelThenDivides) {
   std::vector<std::int32_t> ints{7, -7};
   divide_in_place(ints.data(), ints.size(), DataType::kInt32, 2);
   EXPECT_EQ(ints, (std::vector<std::int32_t>{3, -3}));  // truncates toward zero, like C++
+}
+
+// complete() of an average must give the very bits of the sum followed by divide_in_place,
+// which every rank computed before the two were fused: for every dtype, powers of two (scaled by
+// their reciprocal) and others (whose quotients round), negative integers (which truncate) and
+// lengths across the 4 KiB blocks.
+template <typename T>
+void expect_fused_average_matches_two_passes(DataType dtype) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uniform(-1000.0f, 1000.0f);
+  for (int ranks : {2, 3, 4, 5, 6, 7, 8, 64}) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{255}, std::size_t{257}, std::size_t{5000}}) {
+      std::vector<T> a(n), b(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        a[i] = static_cast<T>(uniform(rng));
+        b[i] = static_cast<T>(uniform(rng));
+      }
+      std::vector<T> two_passes = a;
+      reduce_kernel(dtype, ReduceOp::kAvg)(two_passes.data(), two_passes.data(), b.data(), n);
+      divide_in_place(two_passes.data(), n, dtype, ranks);
+      std::vector<T> fused = a;
+      Reduction(dtype, ReduceOp::kAvg, ranks).complete(fused.data(), fused.data(), b.data(), n);
+      ASSERT_EQ(std::memcmp(fused.data(), two_passes.data(), n * sizeof(T)), 0)
+          << to_string(dtype) << " ranks " << ranks << " n " << n;
+      std::vector<T> combined = a;
+      Reduction(dtype, ReduceOp::kAvg, ranks)
+          .combine(combined.data(), combined.data(), b.data(), n);
+      reduce_kernel(dtype, ReduceOp::kSum)(a.data(), a.data(), b.data(), n);
+      ASSERT_EQ(std::memcmp(combined.data(), a.data(), n * sizeof(T)), 0)
+          << "combine() does not divide";
+    }
+  }
+}
+
+TEST(ReduceKernels, FusedAverageIsBitIdenticalToSumThenDivide) {
+  expect_fused_average_matches_two_passes<float>(DataType::kFloat32);
+  expect_fused_average_matches_two_passes<double>(DataType::kFloat64);
+  expect_fused_average_matches_two_passes<std::int32_t>(DataType::kInt32);
+  expect_fused_average_matches_two_passes<std::int64_t>(DataType::kInt64);
+  expect_fused_average_matches_two_passes<c10::BFloat16>(DataType::kBFloat16);
+  expect_fused_average_matches_two_passes<c10::Half>(DataType::kFloat16);
+}
+
+TEST(ReduceKernels, CompleteWithoutAverageIsTheReduction) {
+  std::vector<float> a{1, 5, -2}, b{4, 2, -3};
+  Reduction(DataType::kFloat32, ReduceOp::kMax, 3).complete(a.data(), a.data(), b.data(), 3);
+  EXPECT_EQ(a, (std::vector<float>{4, 5, -2}));
+  Reduction(DataType::kFloat32, ReduceOp::kSum, 3).complete(a.data(), a.data(), b.data(), 3);
+  EXPECT_EQ(a, (std::vector<float>{8, 7, -5}));
 }
 
 TEST(CollectiveSignature, DescribesBothSidesOfAMismatch) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -51,8 +52,9 @@ void prefetch_for_write(const char* data, std::size_t bytes) {
 // another core had just read the output, 15-17 against 11-13 when none had. A 1 MiB allreduce on
 // shm takes 0.86-0.91 of its time; tcp and gloo are level within noise
 // (bench/results/2026-11-23-reduce-prefetchw.txt).
-template <typename T, ReduceOp Op>
-void reduce_native(void* out, const void* a, const void* b, std::size_t n) {
+// Runs block(z, x, y, len) over 4 KiB blocks, asking for the next block's output lines first.
+template <typename T, typename Block>
+void blockwise(void* out, const void* a, const void* b, std::size_t n, Block&& block) {
   constexpr std::size_t kBlock = 4096 / sizeof(T);
   T* z = static_cast<T*>(out);
   const T* x = static_cast<const T*>(a);
@@ -64,8 +66,37 @@ void reduce_native(void* out, const void* a, const void* b, std::size_t n) {
       prefetch_for_write(reinterpret_cast<const char*>(z + next),
                          std::min(kBlock, n - next) * sizeof(T));
     }
-    reduce_span<T, Op>(z + start, x + start, y + start, len);
+    block(z + start, x + start, y + start, len);
   }
+}
+
+template <typename T, ReduceOp Op>
+void reduce_native(void* out, const void* a, const void* b, std::size_t n) {
+  blockwise<T>(out, a, b, n, reduce_span<T, Op>);
+}
+
+// (a + b) / divisor: the sum rounded to T, then the quotient, as reduce_native followed by
+// divide_native would compute them (integers truncate toward zero, like C++).
+template <typename T>
+void sum_divide_native(void* out, const void* a, const void* b, std::size_t n, int divisor) {
+  const bool power_of_two = (divisor & (divisor - 1)) == 0;
+  if constexpr (std::is_floating_point_v<T>) {
+    if (power_of_two) {
+      // The reciprocal of a power of two is exact, so the product rounds the same real number
+      // as the quotient: the same bits, for a multiply instead of a divide.
+      const T scale = T{1} / static_cast<T>(divisor);
+      blockwise<T>(out, a, b, n, [scale](T* z, const T* x, const T* y, std::size_t len) {
+        const auto count = static_cast<Eigen::Index>(len);
+        Array<T>(z, count) = (ConstArray<T>(x, count) + ConstArray<T>(y, count)) * scale;
+      });
+      return;
+    }
+  }
+  const T d = static_cast<T>(divisor);
+  blockwise<T>(out, a, b, n, [d](T* z, const T* x, const T* y, std::size_t len) {
+    const auto count = static_cast<Eigen::Index>(len);
+    Array<T>(z, count) = (ConstArray<T>(x, count) + ConstArray<T>(y, count)) / d;
+  });
 }
 
 // Half types: widen a block to float, reduce there, round back (keeps the loop vectorisable).
@@ -85,6 +116,48 @@ void reduce_half(void* out, const void* a, const void* b, std::size_t n) {
     reduce_span<float, Op>(fz, fx, fy, len);
     for (std::size_t i = 0; i < len; ++i) z[start + i] = Half(fz[i]);
   }
+}
+
+// The sum rounded to Half, then scaled as divide_half scales it.
+template <typename Half>
+void sum_divide_half(void* out, const void* a, const void* b, std::size_t n, int divisor) {
+  constexpr std::size_t kBlock = 256;
+  const Half* x = static_cast<const Half*>(a);
+  const Half* y = static_cast<const Half*>(b);
+  Half* z = static_cast<Half*>(out);
+  const float inv = 1.0f / static_cast<float>(divisor);
+  float fx[kBlock], fy[kBlock], fz[kBlock];
+  for (std::size_t start = 0; start < n; start += kBlock) {
+    const std::size_t len = std::min(kBlock, n - start);
+    for (std::size_t i = 0; i < len; ++i) {
+      fx[i] = static_cast<float>(x[start + i]);
+      fy[i] = static_cast<float>(y[start + i]);
+    }
+    reduce_span<float, ReduceOp::kSum>(fz, fx, fy, len);
+    for (std::size_t i = 0; i < len; ++i) {
+      z[start + i] = Half(static_cast<float>(Half(fz[i])) * inv);
+    }
+  }
+}
+
+using SumDivideFn = void (*)(void* out, const void* a, const void* b, std::size_t n, int divisor);
+
+SumDivideFn sum_divide_kernel(DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      return sum_divide_native<float>;
+    case DataType::kFloat64:
+      return sum_divide_native<double>;
+    case DataType::kInt32:
+      return sum_divide_native<std::int32_t>;
+    case DataType::kInt64:
+      return sum_divide_native<std::int64_t>;
+    case DataType::kBFloat16:
+      return sum_divide_half<c10::BFloat16>;
+    case DataType::kFloat16:
+      return sum_divide_half<c10::Half>;
+  }
+  return nullptr;
 }
 
 template <ReduceOp Op>
@@ -149,6 +222,16 @@ void divide_in_place(void* data, std::size_t count, DataType dtype, int divisor)
     case DataType::kFloat16:
       return divide_half<c10::Half>(data, count, divisor);
   }
+}
+
+Reduction::Reduction(DataType dtype, ReduceOp op, int ranks)
+    : combine_(reduce_kernel(dtype, op)),
+      sum_divide_(op == ReduceOp::kAvg ? sum_divide_kernel(dtype) : nullptr),
+      ranks_(ranks) {}
+
+void Reduction::complete(void* out, const void* a, const void* b, std::size_t count) const {
+  if (sum_divide_) return sum_divide_(out, a, b, count, ranks_);
+  combine_(out, a, b, count);
 }
 
 }  // namespace ddp::detail

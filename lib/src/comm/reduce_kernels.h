@@ -16,4 +16,22 @@ ReduceFn reduce_kernel(DataType dtype, ReduceOp op);
 // data[i] /= divisor, for kAvg after the sum.
 void divide_in_place(void* data, std::size_t count, DataType dtype, int divisor);
 
+// How a collective combines the ranks' payloads: combine() for every combination but the one
+// that completes a result, complete() for that one. For kAvg complete() also divides by the
+// number of ranks in the same pass, rounding exactly as the sum followed by divide_in_place
+// would, so the result is not read and written a second time (DDP averages every bucket).
+class Reduction {
+ public:
+  Reduction(DataType dtype, ReduceOp op, int ranks);
+  void combine(void* out, const void* a, const void* b, std::size_t count) const {
+    combine_(out, a, b, count);
+  }
+  void complete(void* out, const void* a, const void* b, std::size_t count) const;
+
+ private:
+  ReduceFn combine_;
+  void (*sum_divide_)(void*, const void*, const void*, std::size_t, int);  // kAvg only
+  int ranks_;
+};
+
 }  // namespace ddp::detail

@@ -49,18 +49,17 @@ void allreduce(PeerTransport& transport, Buffer buffer, ReduceOp op,
     barrier_dissemination(transport);
     return scope.finish();
   }
-  const ReduceFn reduce = reduce_kernel(buffer.dtype, op);
+  const Reduction reduction(buffer.dtype, op, n);
   if (choose_allreduce(buffer.bytes(), buffer.count, n, config) == AllreduceAlgorithm::kRing) {
     const auto layout =
         ring_layout(buffer.count, buffer.dtype, n, config, transport.max_message_bytes());
     transport.expose(buffer.data, buffer.bytes());
     char* slots = static_cast<char*>(transport.scratch(layout.slot_bytes(config)));
-    run_ring(transport, buffer, RingPhases::kBoth, reduce, layout, config, slots);
+    run_ring(transport, buffer, RingPhases::kBoth, &reduction, layout, config, slots);
   } else {
-    allreduce_recursive_doubling(transport, buffer, reduce);
+    allreduce_recursive_doubling(transport, buffer, reduction);
   }
   scope.finish();
-  if (op == ReduceOp::kAvg) divide_in_place(buffer.data, buffer.count, buffer.dtype, n);
 }
 
 void broadcast(PeerTransport& transport, Buffer buffer, int root, const AlgorithmConfig& config) {
@@ -121,11 +120,11 @@ void reduce_scatter(PeerTransport& transport, Buffer input, Buffer output, Reduc
   char* work = static_cast<char*>(transport.scratch(work_bytes + layout.slot_bytes(config)));
   std::memcpy(work, input.data, input.bytes());
   Buffer whole(work, input.count, input.dtype);
-  run_ring(transport, whole, RingPhases::kReduceScatter, reduce_kernel(input.dtype, op), layout,
-           config, work + work_bytes);
+  const Reduction reduction(input.dtype, op, n);
+  run_ring(transport, whole, RingPhases::kReduceScatter, &reduction, layout, config,
+           work + work_bytes);
   scope.finish();
   std::memcpy(output.data, work + output.bytes() * static_cast<std::size_t>(r), output.bytes());
-  if (op == ReduceOp::kAvg) divide_in_place(output.data, output.count, output.dtype, n);
 }
 
 void barrier(PeerTransport& transport) {

@@ -58,7 +58,8 @@ void exchange(PeerTransport& transport, int peer, std::uint32_t index, const cha
 
 }  // namespace
 
-void allreduce_recursive_doubling(PeerTransport& transport, Buffer buffer, ReduceFn reduce) {
+void allreduce_recursive_doubling(PeerTransport& transport, Buffer buffer,
+                                  const Reduction& reduction) {
   const int n = transport.size();
   const int r = transport.rank();
   if (n == 1) return;
@@ -84,7 +85,7 @@ void allreduce_recursive_doubling(PeerTransport& transport, Buffer buffer, Reduc
       exchange(transport, r + 1, kFoldIndex, work, nullptr, bytes);
     } else {
       exchange(transport, r - 1, kFoldIndex, nullptr, incoming, bytes);
-      reduce(work, work, incoming, buffer.count);
+      reduction.combine(work, work, incoming, buffer.count);
     }
   }
   if (!sits_out) {
@@ -94,7 +95,11 @@ void allreduce_recursive_doubling(PeerTransport& transport, Buffer buffer, Reduc
       const int virtual_peer = virtual_rank ^ mask;
       const int peer = virtual_peer < extra ? virtual_peer * 2 + 1 : virtual_peer + extra;
       exchange(transport, peer, index, work, incoming, bytes);
-      reduce(work, work, incoming, buffer.count);
+      if (mask * 2 < power) {
+        reduction.combine(work, work, incoming, buffer.count);
+      } else {
+        reduction.complete(work, work, incoming, buffer.count);  // the folded ranks get it as is
+      }
     }
   }
   if (folded) {

@@ -10,6 +10,7 @@
 namespace ddp::detail::collectives {
 
 // Reduces `buffer` in place within the current op; receives land in transport scratch.
-void allreduce_recursive_doubling(PeerTransport& transport, Buffer buffer, ReduceFn reduce);
+void allreduce_recursive_doubling(PeerTransport& transport, Buffer buffer,
+                                  const Reduction& reduction);
 
 }  // namespace ddp::detail::collectives

@@ -33,8 +33,9 @@ RingLayout ring_layout(std::size_t count, DataType dtype, int ranks, const Algor
   return {chunks, ceil_div(block_elems, chunks) * esize};
 }
 
-void run_ring(PeerTransport& transport, Buffer buffer, RingPhases phases, ReduceFn reduce,
-              const RingLayout& layout, const AlgorithmConfig& config, char* slots) {
+void run_ring(PeerTransport& transport, Buffer buffer, RingPhases phases,
+              const Reduction* reduction, const RingLayout& layout, const AlgorithmConfig& config,
+              char* slots) {
   const int n = transport.size();
   const int r = transport.rank();
   if (n == 1) return;
@@ -108,7 +109,12 @@ void run_ring(PeerTransport& transport, Buffer buffer, RingPhases phases, Reduce
     const std::size_t c = segment % chunks;
     if (step < n - 1) {
       const Span own = chunk(recv_block(step), c);
-      reduce(own.data, own.data, slot(segment), own.bytes / esize);
+      // The last reduce-scatter step finishes this rank's block.
+      if (step == n - 2) {
+        reduction->complete(own.data, own.data, slot(segment), own.bytes / esize);
+      } else {
+        reduction->combine(own.data, own.data, slot(segment), own.bytes / esize);
+      }
     }
     if (step + 1 < last) post_send(step + 1, c);
   }

@@ -27,9 +27,11 @@ RingLayout ring_layout(std::size_t count, DataType dtype, int ranks, const Algor
                        std::size_t max_message_bytes);
 
 // Runs the phases on `buffer` (exposed by the caller) within the current op. `slots` is at least
-// layout.slot_bytes(config) of transport memory when reduce-scatter runs. `reduce` combines
-// received chunks in place (unused for allgather).
-void run_ring(PeerTransport& transport, Buffer buffer, RingPhases phases, ReduceFn reduce,
-              const RingLayout& layout, const AlgorithmConfig& config, char* slots);
+// layout.slot_bytes(config) of transport memory when reduce-scatter runs. `reduction` combines
+// received chunks in place, its complete() at the step that finishes a block (null for
+// allgather).
+void run_ring(PeerTransport& transport, Buffer buffer, RingPhases phases,
+              const Reduction* reduction, const RingLayout& layout, const AlgorithmConfig& config,
+              char* slots);
 
 }  // namespace ddp::detail::collectives

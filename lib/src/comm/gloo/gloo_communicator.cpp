@@ -63,12 +63,20 @@ void ignore_sigpipe_unless_handled() {
   }
 }
 
-// out = ((p(0) + p(1)) + p(2)) + ... for the ranks' payloads p (size() >= 2).
+// out = ((p(0) + p(1)) + p(2)) + ... for the ranks' payloads p (size >= 2); the last
+// combination completes the result (for kAvg, divides too).
 template <typename PayloadOf>
-void reduce_in_rank_order(ReduceFn reduce, void* out, std::size_t count, int size,
+void reduce_in_rank_order(const Reduction& reduction, void* out, std::size_t count, int size,
                           PayloadOf&& payload_of) {
-  reduce(out, payload_of(0), payload_of(1), count);
-  for (int peer = 2; peer < size; ++peer) reduce(out, out, payload_of(peer), count);
+  auto combine = [&](const void* a, int peer) {
+    if (peer + 1 < size) {
+      reduction.combine(out, a, payload_of(peer), count);
+    } else {
+      reduction.complete(out, a, payload_of(peer), count);
+    }
+  };
+  combine(payload_of(0), 1);
+  for (int peer = 2; peer < size; ++peer) combine(out, peer);
 }
 
 // A full mesh of gloo pairs over `store`, with errors that say what to check.
@@ -254,11 +262,10 @@ GlooAllreduceAlgorithm GlooCommunicator::choose_allreduce_algorithm(std::size_t 
 }
 
 void GlooCommunicator::reduce_exchanged(Buffer out, ReduceOp op) const {
-  const ReduceFn reduce = reduce_kernel(out.dtype, op);
   // Rank order on every rank, so all ranks compute bit-identical results. The first step
   // combines ranks 0 and 1 straight into `out`: one pass over the data instead of a copy and
   // a pass.
-  reduce_in_rank_order(reduce, out.data, out.count, size(),
+  reduce_in_rank_order(Reduction(out.dtype, op, size()), out.data, out.count, size(),
                        [&](int peer) { return exchanged_payload(peer); });
 }
 
@@ -284,7 +291,11 @@ void GlooCommunicator::do_allreduce(Buffer buffer, ReduceOp op) {
       if (buffer.count > 0) gloo_allreduce(buffer, op, algorithm);
     }
   });
-  if (op == ReduceOp::kAvg) divide_in_place(buffer.data, buffer.count, buffer.dtype, size());
+  // gloo's own algorithms only sum.
+  const bool divided = algorithm == GlooAllreduceAlgorithm::kDirect;
+  if (op == ReduceOp::kAvg && !divided) {
+    divide_in_place(buffer.data, buffer.count, buffer.dtype, size());
+  }
 }
 
 void GlooCommunicator::gloo_allreduce(Buffer buffer, ReduceOp op,
@@ -369,10 +380,9 @@ void GlooCommunicator::do_reduce_scatter(Buffer input, Buffer output, ReduceOp o
              input.bytes(), SendFrom::kStagedCopy);
     const std::size_t offset = output.bytes() * rank();
     reduce_in_rank_order(
-        reduce_kernel(output.dtype, op), output.data, output.count, size(),
+        Reduction(output.dtype, op, size()), output.data, output.count, size(),
         [&](int peer) { return static_cast<const char*>(exchanged_payload(peer)) + offset; });
   });
-  if (op == ReduceOp::kAvg) divide_in_place(output.data, output.count, output.dtype, size());
 }
 
 void GlooCommunicator::do_barrier() {
