@@ -20,12 +20,21 @@
 namespace ddp::detail {
 namespace {
 
-// Up to this many bytes sent per rank (payload x peers), one round of messages (the direct
-// exchange, and the payload exchange beside it) beats the ring's 2(P-1) steps. Measured with
-// allreduce_bench --interleave, 2 ranks, 1 MiB: 1.39 and 1.42 ms in one round, 1.62 and
-// 1.52 ms through the ring. The payload exchange keeps two receive slots per peer of
-// budget / peers bytes (2 MiB in all).
+// Up to this many bytes sent per rank (payload x peers), broadcast, allgather and
+// reduce-scatter take one round of messages (the direct exchange, and the payload exchange beside
+// it) rather than the ring's 2(P-1) steps. The payload exchange keeps two receive slots per peer
+// of budget / peers bytes (2 MiB in all).
 constexpr std::size_t kDirectExchangeBudget = 1024 * 1024;
+// An allreduce moves on to the ring earlier, from this many bytes sent per rank: the ring
+// reduces one block per step where the exchange reduces every payload whole. 2 ranks, 6
+// interleaved runs (exchange vs ring): 512 KiB 386 vs 394 us, 768 KiB 535 vs 519, 1 MiB 820 vs
+// 701, gloo's halving-doubling 684; back to back, 1 MiB took 512-558 us through the ring and
+// 749-781 in one round, and at 768 KiB the two were level (the ring with the narrower spread);
+// 3 ranks at 400 and 512 KiB: 559-563 vs 594-620 and 624-640 vs 697-709 us
+// (bench/results/2026-11-23-gloo-allreduce-crossover.txt). Earlier, on a VM with slower cores,
+// one round had won at 1 MiB (1.39-1.42 vs 1.52-1.62 ms), before the reduction prefetched its
+// output (reduce_kernels.cpp).
+constexpr std::size_t kAllreduceRingFromBytes = 768 * 1024;
 // The ring's pipeline unit on gloo's pairs. Every message costs gloo a notification and a
 // wake-up of the waiting thread, so chunks are larger than on libfabric. Measured with
 // allreduce_bench --interleave, 2 ranks: 64 MiB took 56-65 ms in 4 MiB chunks, 63-76 ms in 2 or
@@ -131,6 +140,8 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
                                    const CommOptions& options)
     : Communicator(rank, size, options),
       direct_budget_(kDirectExchangeBudget / static_cast<std::size_t>(std::max(size - 1, 1))),
+      allreduce_ring_from_(kAllreduceRingFromBytes /
+                           static_cast<std::size_t>(std::max(size - 1, 1))),
       forced_algorithm_(gloo_algorithm_from_env()),
       collectives_config_(collectives_config(forced_algorithm_)) {
   ignore_sigpipe_unless_handled();
@@ -258,7 +269,8 @@ GlooAllreduceAlgorithm GlooCommunicator::choose_allreduce_algorithm(std::size_t 
     case GlooAllreduceAlgorithm::kDirect:
       break;
   }
-  return bytes <= direct_budget_ ? GlooAllreduceAlgorithm::kDirect : GlooAllreduceAlgorithm::kRing;
+  return bytes < allreduce_ring_from_ ? GlooAllreduceAlgorithm::kDirect
+                                      : GlooAllreduceAlgorithm::kRing;
 }
 
 void GlooCommunicator::reduce_exchanged(Buffer out, ReduceOp op) const {

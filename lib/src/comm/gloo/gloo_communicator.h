@@ -21,8 +21,8 @@
 namespace ddp::detail {
 
 enum class GlooAllreduceAlgorithm {
-  kAuto,      // direct while the payload fits the exchange, else ring
-  kDirect,    // the same (larger payloads cannot travel in the exchange)
+  kAuto,      // direct below 768 KiB sent per rank, else ring
+  kDirect,    // the same (ranks with auto and direct must agree)
   kRing,      // the shared pipelined ring over gloo's pairs, at every size
   kGlooRing,  // gloo::allreduce's ring, at every size
   kBcube,     // gloo::allreduce's bcube, at every size
@@ -81,7 +81,8 @@ class GlooCommunicator final : public Communicator {
 
   std::shared_ptr<gloo::rendezvous::Context> context_;        // the shared collectives' mesh
   std::shared_ptr<gloo::rendezvous::Context> exchange_mesh_;  // the direct exchange's own
-  std::size_t direct_budget_;  // payload bytes that travel inside the direct exchange
+  std::size_t direct_budget_;        // payload bytes that travel inside the direct exchange
+  std::size_t allreduce_ring_from_;  // allreduce payloads from this size take the ring
   std::unique_ptr<GlooDirectExchange> exchange_;
   std::unique_ptr<GlooPayloadExchange> payloads_;  // null when the budget fits the exchange
   bool payload_in_exchange_ = true;                // where the last exchange() carried its payload
