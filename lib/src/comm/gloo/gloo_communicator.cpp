@@ -31,9 +31,9 @@ constexpr std::size_t kDirectExchangeBudget = 1024 * 1024;
 // 701, gloo's halving-doubling 684; back to back, 1 MiB took 512-558 us through the ring and
 // 749-781 in one round, and at 768 KiB the two were level (the ring with the narrower spread);
 // 3 ranks at 400 and 512 KiB: 559-563 vs 594-620 and 624-640 vs 697-709 us
-// (bench/results/2026-11-23-gloo-allreduce-crossover.txt). Earlier, on a VM with slower cores,
-// one round had won at 1 MiB (1.39-1.42 vs 1.52-1.62 ms), before the reduction prefetched its
-// output (reduce_kernels.cpp).
+// (bench/results/2026-11-23-gloo-allreduce-crossover.txt). Earlier, on a VM with slower cores
+// and before the reduction prefetched its output, one round had won at 1 MiB (1.39-1.42 vs
+// 1.52-1.62 ms).
 constexpr std::size_t kAllreduceRingFromBytes = 768 * 1024;
 // The ring's pipeline unit on gloo's pairs. Every message costs gloo a notification and a
 // wake-up of the waiting thread, so chunks are larger than on libfabric. Measured with
