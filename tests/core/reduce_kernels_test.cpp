@@ -41,10 +41,10 @@ TEST(ReduceKernels, NativeTypesSumMinMax) {
   EXPECT_EQ(i64, (std::vector<std::int64_t>{(1LL << 40) + 1, 2}));
 }
 
-// The kernels work through the data in 4 KiB blocks (prefetching the next block's output): sizes
-// around and across block boundaries, and output aliasing either input.
+// Lengths around the vector widths and unrolled loops (and past 4 KiB), and output aliasing
+// either input.
 template <typename T>
-void expect_blockwise_sums_exact(DataType dtype) {
+void expect_sums_exact(DataType dtype) {
   const std::size_t block = 4096 / sizeof(T);
   for (std::size_t n :
        {std::size_t{0}, std::size_t{1}, block - 1, block, block + 1, 3 * block + 7}) {
@@ -65,11 +65,11 @@ void expect_blockwise_sums_exact(DataType dtype) {
   }
 }
 
-TEST(ReduceKernels, EveryElementAcrossBlockBoundaries) {
-  expect_blockwise_sums_exact<float>(DataType::kFloat32);
-  expect_blockwise_sums_exact<double>(DataType::kFloat64);
-  expect_blockwise_sums_exact<std::int32_t>(DataType::kInt32);
-  expect_blockwise_sums_exact<std::int64_t>(DataType::kInt64);
+TEST(ReduceKernels, EveryElementOfAnyLengthAndAliasing) {
+  expect_sums_exact<float>(DataType::kFloat32);
+  expect_sums_exact<double>(DataType::kFloat64);
+  expect_sums_exact<std::int32_t>(DataType::kInt32);
+  expect_sums_exact<std::int64_t>(DataType::kInt64);
 }
 
 TEST(ReduceKernels, HalfTypesRoundTripThroughFloat) {
@@ -94,7 +94,7 @@ TEST(ReduceKernels, AverageUsesTheSumKernelThenDivides) {
 // complete() of an average must give the very bits of the sum followed by divide_in_place,
 // which every rank computed before the two were fused: for every dtype, powers of two (scaled by
 // their reciprocal) and others (whose quotients round), negative integers (which truncate) and
-// lengths across the 4 KiB blocks.
+// several lengths.
 template <typename T>
 void expect_fused_average_matches_two_passes(DataType dtype) {
   std::mt19937 rng(7);

@@ -31,72 +31,28 @@ void reduce_span(T* out, const T* a, const T* b, std::size_t n) {
   }
 }
 
-// Asks for write ownership of [data, data + bytes) ahead of the stores: PREFETCHW on x86 (a no-op
-// on CPUs that predate it; written as asm, since GCC drops a function of bare prefetches as having
-// no effect), PRFM PSTL1KEEP elsewhere.
-void prefetch_for_write(const char* data, std::size_t bytes) {
-  constexpr std::size_t kCacheLine = 64;
-  for (std::size_t offset = 0; offset < bytes; offset += kCacheLine) {
-#if defined(__x86_64__) || defined(__i386__)
-    asm volatile("prefetchw %0" : : "m"(data[offset]));
-#else
-    __builtin_prefetch(data + offset, /*rw=*/1, /*locality=*/3);
-#endif
-  }
-}
-
-// A collective reduces into memory its peers have just read: on shm a peer's cross-memory-attach
-// copy leaves the lines in its cache, and plain stores to such lines stall on taking them back,
-// only a few round trips in flight at a time. PREFETCHW one block ahead puts many more in flight.
-// bench/reduce_kernel_bench, 512 KiB of floats: 29-30 us against 48-50 with plain stores when
-// another core had just read the output, 15-17 against 11-13 when none had. A 1 MiB allreduce on
-// shm takes 0.86-0.91 of its time; tcp and gloo are level within noise
-// (bench/results/2026-11-23-reduce-prefetchw.txt).
-// Runs block(z, x, y, len) over 4 KiB blocks, asking for the next block's output lines first.
-template <typename T, typename Block>
-void blockwise(void* out, const void* a, const void* b, std::size_t n, Block&& block) {
-  constexpr std::size_t kBlock = 4096 / sizeof(T);
-  T* z = static_cast<T*>(out);
-  const T* x = static_cast<const T*>(a);
-  const T* y = static_cast<const T*>(b);
-  for (std::size_t start = 0; start < n; start += kBlock) {
-    const std::size_t len = std::min(kBlock, n - start);
-    const std::size_t next = start + len;
-    if (next < n) {
-      prefetch_for_write(reinterpret_cast<const char*>(z + next),
-                         std::min(kBlock, n - next) * sizeof(T));
-    }
-    block(z + start, x + start, y + start, len);
-  }
-}
-
 template <typename T, ReduceOp Op>
 void reduce_native(void* out, const void* a, const void* b, std::size_t n) {
-  blockwise<T>(out, a, b, n, reduce_span<T, Op>);
+  reduce_span<T, Op>(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
 }
 
 // (a + b) / divisor: the sum rounded to T, then the quotient, as reduce_native followed by
 // divide_native would compute them (integers truncate toward zero, like C++).
 template <typename T>
 void sum_divide_native(void* out, const void* a, const void* b, std::size_t n, int divisor) {
-  const bool power_of_two = (divisor & (divisor - 1)) == 0;
+  const auto count = static_cast<Eigen::Index>(n);
+  ConstArray<T> x(static_cast<const T*>(a), count);
+  ConstArray<T> y(static_cast<const T*>(b), count);
+  Array<T> z(static_cast<T*>(out), count);
   if constexpr (std::is_floating_point_v<T>) {
-    if (power_of_two) {
+    if ((divisor & (divisor - 1)) == 0) {
       // The reciprocal of a power of two is exact, so the product rounds the same real number
       // as the quotient: the same bits, for a multiply instead of a divide.
-      const T scale = T{1} / static_cast<T>(divisor);
-      blockwise<T>(out, a, b, n, [scale](T* z, const T* x, const T* y, std::size_t len) {
-        const auto count = static_cast<Eigen::Index>(len);
-        Array<T>(z, count) = (ConstArray<T>(x, count) + ConstArray<T>(y, count)) * scale;
-      });
+      z = (x + y) * (T{1} / static_cast<T>(divisor));
       return;
     }
   }
-  const T d = static_cast<T>(divisor);
-  blockwise<T>(out, a, b, n, [d](T* z, const T* x, const T* y, std::size_t len) {
-    const auto count = static_cast<Eigen::Index>(len);
-    Array<T>(z, count) = (ConstArray<T>(x, count) + ConstArray<T>(y, count)) / d;
-  });
+  z = (x + y) / static_cast<T>(divisor);
 }
 
 // Half types: widen a block to float, reduce there, round back (keeps the loop vectorisable).

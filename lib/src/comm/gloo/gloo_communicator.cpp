@@ -25,16 +25,14 @@ namespace {
 // it) rather than the ring's 2(P-1) steps. The payload exchange keeps two receive slots per peer
 // of budget / peers bytes (2 MiB in all).
 constexpr std::size_t kDirectExchangeBudget = 1024 * 1024;
-// An allreduce moves on to the ring earlier, from this many bytes sent per rank: the ring
-// reduces one block per step where the exchange reduces every payload whole. 2 ranks, 6
-// interleaved runs (exchange vs ring): 512 KiB 386 vs 394 us, 768 KiB 535 vs 519, 1 MiB 820 vs
-// 701, gloo's halving-doubling 684; back to back, 1 MiB took 512-558 us through the ring and
-// 749-781 in one round, and at 768 KiB the two were level (the ring with the narrower spread);
-// 3 ranks at 400 and 512 KiB: 559-563 vs 594-620 and 624-640 vs 697-709 us
-// (bench/results/2026-11-23-gloo-allreduce-crossover.txt). Earlier, on a VM with slower cores
-// and before the reduction prefetched its output, one round had won at 1 MiB (1.39-1.42 vs
-// 1.52-1.62 ms).
-constexpr std::size_t kAllreduceRingFromBytes = 768 * 1024;
+// An allreduce takes the ring from this many bytes sent per rank, where its payload would
+// still fit the exchange: the ring reduces one block per step where the exchange reduces every
+// payload whole. 2 ranks, back to back, the buffer rewritten before each op as DDP's buckets
+// are (p50 of 1500 ops, 3 runs each way): 1 MiB took 627-637 us through the ring and 792-842 in
+// one round; 768 KiB took 478-506 through the ring and 413-468 in one round
+// (bench/results/2026-11-23-gloo-allreduce-crossover.txt). Earlier, on a VM with slower cores,
+// one round had won at 1 MiB too (1.39-1.42 vs 1.52-1.62 ms).
+constexpr std::size_t kAllreduceRingFromBytes = 1024 * 1024;
 // The ring's pipeline unit on gloo's pairs. Every message costs gloo a notification and a
 // wake-up of the waiting thread, so chunks are larger than on libfabric. Measured with
 // allreduce_bench --interleave, 2 ranks: 64 MiB took 56-65 ms in 4 MiB chunks, 63-76 ms in 2 or

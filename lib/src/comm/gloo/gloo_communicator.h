@@ -21,7 +21,7 @@
 namespace ddp::detail {
 
 enum class GlooAllreduceAlgorithm {
-  kAuto,      // direct below 768 KiB sent per rank, else ring
+  kAuto,      // direct below 1 MiB sent per rank, else ring
   kDirect,    // the same (ranks with auto and direct must agree)
   kRing,      // the shared pipelined ring over gloo's pairs, at every size
   kGlooRing,  // gloo::allreduce's ring, at every size
