@@ -3,12 +3,16 @@
 // at every size before the next size starts, so a change of host placement during the run hits
 // all variants alike. Reports the median per-op time and nccl-tests' algbw/busbw
 // (busbw = algbw * 2(n-1)/n).
-//   allreduce_bench [--ranks=N] [--interleave=REGEX] [--cpu-hogs=N] [google benchmark flags]
+//   allreduce_bench [--ranks=N] [--interleave=REGEX] [--cpu-hogs=N] [--rewrite-buffer]
+//                   [google benchmark flags]
 // --interleave runs only the variants whose names match REGEX, all of them once per iteration
 // in shuffled order: the way to compare variants whose differences are smaller than this
 // machine's drift between benchmarks (see register_interleaved). bench/interleaved_table
 // summarises several such runs. --cpu-hogs=N runs N busy loops beside the ranks for the whole
 // run, the way training compute or a noisy neighbour competes with a collective for the cores.
+// --rewrite-buffer writes the buffer before each op (outside the timing), as autograd rewrites
+// a DDP bucket between its allreduces: a buffer allreduced over and over is partly in the peer's
+// cache, which a rank's writes into it must first take back.
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -38,6 +42,13 @@ namespace ddp::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// --rewrite-buffer; set before the ranks fork.
+bool rewrite_buffer = false;
+
+void rewrite_if_asked(float* data, std::size_t count) {
+  if (rewrite_buffer) std::fill_n(data, count, 1.0f);
+}
 
 constexpr std::size_t kSizes[] = {4u << 10, 16u << 10, 64u << 10, 256u << 10,
                                   1u << 20, 4u << 20,  16u << 20, 64u << 20};
@@ -116,6 +127,7 @@ void register_interleaved(const std::vector<VariantFactory>& factories,
           for (auto _ : state) {
             std::shuffle(order.begin(), order.end(), shuffler);
             for (std::size_t i : order) {
+              rewrite_if_asked(data, bytes / sizeof(float));
               const auto start = Clock::now();
               variants[i]->run();
               seconds[i].push_back(std::chrono::duration<double>(Clock::now() - start).count());
@@ -181,6 +193,11 @@ void run_rank(int rank, int world, std::shared_ptr<Store> store, int argc, char*
             std::vector<double> seconds;
             seconds.reserve(state.max_iterations);
             for (auto _ : state) {
+              if (rewrite_buffer) {
+                state.PauseTiming();
+                rewrite_if_asked(data.data(), bytes / sizeof(float));
+                state.ResumeTiming();
+              }
               const auto start = Clock::now();
               variant->run();
               seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
@@ -237,6 +254,8 @@ int main(int argc, char** argv) {
       world = std::max(2, std::atoi(argv[i] + 8));
     } else if (std::strncmp(argv[i], "--cpu-hogs=", 11) == 0) {
       cpu_hogs = std::max(0, std::atoi(argv[i] + 11));
+    } else if (std::strcmp(argv[i], "--rewrite-buffer") == 0) {
+      ddp::bench::rewrite_buffer = true;
     } else if (std::strncmp(argv[i], "--interleave=", 13) == 0) {
       interleave = argv[i] + 13;
     } else if (std::strstr(argv[i], "random_interleaving")) {
@@ -274,6 +293,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("intercore_rtt_us", std::to_string(rtt_us));
   if (cpu_hogs > 0) std::printf("busy loops beside the ranks: %d\n", cpu_hogs);
   benchmark::AddCustomContext("cpu_hogs", std::to_string(cpu_hogs));
+  benchmark::AddCustomContext("rewrite_buffer", ddp::bench::rewrite_buffer ? "yes" : "no");
   // After the placement probe, which needs both cores to itself.
   const auto hogs = ddp::bench::start_cpu_hogs(cpu_hogs);
   ddp::bench::run_rank(0, world, server, nargs, args.data(), interleave);
