@@ -55,9 +55,10 @@ void sum_divide_native(void* out, const void* a, const void* b, std::size_t n, i
   z = (x + y) / static_cast<T>(divisor);
 }
 
-// Half types: widen a block to float, reduce there, round back (keeps the loop vectorisable).
-template <typename Half, ReduceOp Op>
-void reduce_half(void* out, const void* a, const void* b, std::size_t n) {
+// Half types: widen a block to float, reduce there, and let `round` store each result (keeps the
+// loop vectorisable).
+template <typename Half, ReduceOp Op, typename Round>
+void reduce_half_blocks(void* out, const void* a, const void* b, std::size_t n, Round&& round) {
   constexpr std::size_t kBlock = 256;
   const Half* x = static_cast<const Half*>(a);
   const Half* y = static_cast<const Half*>(b);
@@ -70,30 +71,21 @@ void reduce_half(void* out, const void* a, const void* b, std::size_t n) {
       fy[i] = static_cast<float>(y[start + i]);
     }
     reduce_span<float, Op>(fz, fx, fy, len);
-    for (std::size_t i = 0; i < len; ++i) z[start + i] = Half(fz[i]);
+    for (std::size_t i = 0; i < len; ++i) z[start + i] = round(fz[i]);
   }
+}
+
+template <typename Half, ReduceOp Op>
+void reduce_half(void* out, const void* a, const void* b, std::size_t n) {
+  reduce_half_blocks<Half, Op>(out, a, b, n, [](float v) { return Half(v); });
 }
 
 // The sum rounded to Half, then scaled as divide_half scales it.
 template <typename Half>
 void sum_divide_half(void* out, const void* a, const void* b, std::size_t n, int divisor) {
-  constexpr std::size_t kBlock = 256;
-  const Half* x = static_cast<const Half*>(a);
-  const Half* y = static_cast<const Half*>(b);
-  Half* z = static_cast<Half*>(out);
   const float inv = 1.0f / static_cast<float>(divisor);
-  float fx[kBlock], fy[kBlock], fz[kBlock];
-  for (std::size_t start = 0; start < n; start += kBlock) {
-    const std::size_t len = std::min(kBlock, n - start);
-    for (std::size_t i = 0; i < len; ++i) {
-      fx[i] = static_cast<float>(x[start + i]);
-      fy[i] = static_cast<float>(y[start + i]);
-    }
-    reduce_span<float, ReduceOp::kSum>(fz, fx, fy, len);
-    for (std::size_t i = 0; i < len; ++i) {
-      z[start + i] = Half(static_cast<float>(Half(fz[i])) * inv);
-    }
-  }
+  reduce_half_blocks<Half, ReduceOp::kSum>(
+      out, a, b, n, [inv](float v) { return Half(static_cast<float>(Half(v)) * inv); });
 }
 
 using SumDivideFn = void (*)(void* out, const void* a, const void* b, std::size_t n, int divisor);
