@@ -17,11 +17,11 @@ template <typename T>
 using Array = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 template <typename T, ReduceOp Op>
-void reduce_span(T* out, const T* a, const T* b, std::size_t n) {
+void reduce_native(void* out, const void* a, const void* b, std::size_t n) {
   const auto count = static_cast<Eigen::Index>(n);
-  ConstArray<T> x(a, count);
-  ConstArray<T> y(b, count);
-  Array<T> z(out, count);
+  ConstArray<T> x(static_cast<const T*>(a), count);
+  ConstArray<T> y(static_cast<const T*>(b), count);
+  Array<T> z(static_cast<T*>(out), count);
   if constexpr (Op == ReduceOp::kMin) {
     z = x.min(y);
   } else if constexpr (Op == ReduceOp::kMax) {
@@ -29,11 +29,6 @@ void reduce_span(T* out, const T* a, const T* b, std::size_t n) {
   } else {
     z = x + y;
   }
-}
-
-template <typename T, ReduceOp Op>
-void reduce_native(void* out, const void* a, const void* b, std::size_t n) {
-  reduce_span<T, Op>(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
 }
 
 // (a + b) / divisor: the sum rounded to T, then the quotient, as reduce_native followed by
@@ -70,7 +65,7 @@ void reduce_half_blocks(void* out, const void* a, const void* b, std::size_t n, 
       fx[i] = static_cast<float>(x[start + i]);
       fy[i] = static_cast<float>(y[start + i]);
     }
-    reduce_span<float, Op>(fz, fx, fy, len);
+    reduce_native<float, Op>(fz, fx, fy, len);
     for (std::size_t i = 0; i < len; ++i) z[start + i] = round(fz[i]);
   }
 }
@@ -87,8 +82,6 @@ void sum_divide_half(void* out, const void* a, const void* b, std::size_t n, int
   reduce_half_blocks<Half, ReduceOp::kSum>(
       out, a, b, n, [inv](float v) { return Half(static_cast<float>(Half(v)) * inv); });
 }
-
-using SumDivideFn = void (*)(void* out, const void* a, const void* b, std::size_t n, int divisor);
 
 SumDivideFn sum_divide_kernel(DataType dtype) {
   switch (dtype) {

@@ -16,6 +16,10 @@ ReduceFn reduce_kernel(DataType dtype, ReduceOp op);
 // data[i] /= divisor, for kAvg after the sum.
 void divide_in_place(void* data, std::size_t count, DataType dtype, int divisor);
 
+// out[i] = (a[i] + b[i]) / divisor: the last combination of an average.
+using SumDivideFn = void (*)(void* out, const void* a, const void* b, std::size_t count,
+                             int divisor);
+
 // How a collective combines the ranks' payloads: combine() for every combination but the one
 // that completes a result, complete() for that one. For kAvg complete() also divides by the
 // number of ranks in the same pass, rounding exactly as the sum followed by divide_in_place
@@ -30,7 +34,7 @@ class Reduction {
 
  private:
   ReduceFn combine_;
-  void (*sum_divide_)(void*, const void*, const void*, std::size_t, int);  // kAvg only
+  SumDivideFn sum_divide_;  // kAvg only
   int ranks_;
 };
 
