@@ -46,9 +46,7 @@ using Clock = std::chrono::steady_clock;
 // --rewrite-buffer; set before the ranks fork.
 bool rewrite_buffer = false;
 
-void rewrite_if_asked(float* data, std::size_t count) {
-  if (rewrite_buffer) std::fill_n(data, count, 1.0f);
-}
+void rewrite(float* data, std::size_t count) { std::fill_n(data, count, 1.0f); }
 
 constexpr std::size_t kSizes[] = {4u << 10, 16u << 10, 64u << 10, 256u << 10,
                                   1u << 20, 4u << 20,  16u << 20, 64u << 20};
@@ -127,7 +125,7 @@ void register_interleaved(const std::vector<VariantFactory>& factories,
           for (auto _ : state) {
             std::shuffle(order.begin(), order.end(), shuffler);
             for (std::size_t i : order) {
-              rewrite_if_asked(data, bytes / sizeof(float));
+              if (rewrite_buffer) rewrite(data, bytes / sizeof(float));
               const auto start = Clock::now();
               variants[i]->run();
               seconds[i].push_back(std::chrono::duration<double>(Clock::now() - start).count());
@@ -195,7 +193,7 @@ void run_rank(int rank, int world, std::shared_ptr<Store> store, int argc, char*
             for (auto _ : state) {
               if (rewrite_buffer) {
                 state.PauseTiming();
-                rewrite_if_asked(data.data(), bytes / sizeof(float));
+                rewrite(data.data(), bytes / sizeof(float));
                 state.ResumeTiming();
               }
               const auto start = Clock::now();

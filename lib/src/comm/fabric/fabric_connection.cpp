@@ -79,10 +79,12 @@ std::string cross_memory_attach_blocker(Store& store, const std::vector<HostIden
     }
   }
   // A prefix keeps the value non-empty when there is nothing to report.
-  store.set("cma/" + std::to_string(rank), "checked:" + mine);
+  const std::string checked = "checked:";
+  store.set("cma/" + std::to_string(rank), checked + mine);
   for (int r = 0; r < size; ++r) {
     const std::string record = store.get("cma/" + std::to_string(r));
-    const std::string theirs = record.rfind("checked:", 0) == 0 ? record.substr(8) : record;
+    const std::string theirs =
+        record.rfind(checked, 0) == 0 ? record.substr(checked.size()) : record;
     if (!theirs.empty()) {
       return theirs +
              ", and without cross-memory attach libfabric 1.17's shm provider fails or stalls on "

@@ -41,6 +41,11 @@ constexpr std::size_t kAllreduceRingFromBytes = 1024 * 1024;
 constexpr std::size_t kRingChunkBytes = 4u << 20;
 constexpr std::size_t kRingMinChunkBytes = 1u << 20;
 
+// A per-rank byte budget as the payload size it allows: the rank sends its payload to each peer.
+std::size_t per_peer(std::size_t bytes_sent_per_rank, int size) {
+  return bytes_sent_per_rank / static_cast<std::size_t>(std::max(size - 1, 1));
+}
+
 collectives::AlgorithmConfig collectives_config(GlooAllreduceAlgorithm forced) {
   collectives::AlgorithmConfig config;
   config.allreduce = forced == GlooAllreduceAlgorithm::kRing
@@ -137,9 +142,8 @@ const char* to_string(GlooAllreduceAlgorithm algorithm) {
 GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int size,
                                    const CommOptions& options)
     : Communicator(rank, size, options),
-      direct_budget_(kDirectExchangeBudget / static_cast<std::size_t>(std::max(size - 1, 1))),
-      allreduce_ring_from_(kAllreduceRingFromBytes /
-                           static_cast<std::size_t>(std::max(size - 1, 1))),
+      direct_budget_(per_peer(kDirectExchangeBudget, size)),
+      allreduce_ring_from_(per_peer(kAllreduceRingFromBytes, size)),
       forced_algorithm_(gloo_algorithm_from_env()),
       collectives_config_(collectives_config(forced_algorithm_)) {
   ignore_sigpipe_unless_handled();
