@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "comm/gloo/gloo_communicator.h"
 #include "ddp/comm/factory.h"
 #include "ddp/error.h"
 #include "multiprocess.h"
@@ -151,6 +152,29 @@ TEST(GlooBackend, AutoAndDirectAreTheSameSetting) {
     for (std::size_t n : {kSmallFloats, kMidFloats, kLargeFloats}) check_every_collective(*comm, n);
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+// An allreduce takes the ring from 1 MiB sent per rank (payload x peers) and the one-round
+// exchange below it, and both sides of that line give exact results.
+TEST(GlooBackend, AllreduceTakesTheRingFromOneMiBSentPerRank) {
+  for (int world : {2, 3}) {
+    const std::size_t ring_from = (std::size_t{1} << 20) / static_cast<std::size_t>(world - 1);
+    const std::string prefix = server().next_group_prefix();
+    auto outcomes = testing::run_ranks(world, 60s, [&](int rank) {
+      unsetenv("DDP_GLOO_ALGORITHM");
+      auto comm = create_communicator("gloo", server().connect_client(prefix), rank, world,
+                                      with_timeout(15s));
+      auto* gloo = dynamic_cast<detail::GlooCommunicator*>(comm.get());
+      require(gloo != nullptr, "the gloo backend is not a GlooCommunicator");
+      require(gloo->choose_allreduce_algorithm(ring_from - 4) ==
+                  detail::GlooAllreduceAlgorithm::kDirect,
+              "just below the line an allreduce does not take the exchange");
+      require(gloo->choose_allreduce_algorithm(ring_from) == detail::GlooAllreduceAlgorithm::kRing,
+              "at the line an allreduce does not take the ring");
+      for (std::size_t n : {ring_from / 4 - 1, ring_from / 4}) check_every_collective(*comm, n);
+    });
+    EXPECT_TRUE(testing::all_ranks_succeeded(outcomes)) << world << " ranks";
+  }
 }
 
 TEST(GlooBackend, UnknownAlgorithmIsAConfigError) {
