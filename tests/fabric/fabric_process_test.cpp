@@ -175,6 +175,61 @@ TEST_P(FabricProcesses, SameByteCountButDifferentTypeIsReportedAsAMismatch) {
   EXPECT_GE(*saw_the_mismatch, 1) << "no rank reported that another one issued another collective";
 }
 
+// Disagreements an op header used to show and a digest alone would not: a rank that sends only
+// small messages where its peer expects a large one (or none where it expects one) must still
+// learn of it long before the timeout. Each case: the last rank's buffer (or, for a broadcast,
+// the root's) differs from the others'. Every rank that receives fails in that collective.
+TEST_P(FabricProcesses, MismatchesAcrossTheEagerSizeFailEveryRankQuickly) {
+  const auto [provider, n] = GetParam();
+  ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
+  struct Case {
+    const char* name;
+    bool broadcast;
+    std::size_t odd_count;    // floats on the rank that differs
+    std::size_t usual_count;  // floats on the others
+  };
+  // 1000 floats fit one 4 KiB inject on shm, 1025 do not; 16 are eager everywhere.
+  for (const Case& c : {Case{"allreduce, empty against small", false, 0, 16},
+                        Case{"allreduce, eager against large", false, 1000, 1025},
+                        Case{"broadcast, eager root against large receivers", true, 1000, 1025},
+                        Case{"broadcast, large root against eager receivers", true, 1025, 1000}}) {
+    SCOPED_TRACE(c.name);
+    auto outcomes = run_group(n, [&](int rank, std::shared_ptr<Store> store) {
+      auto comm = create_communicator("fabric", store, rank, n, with_timeout(30s));
+      const int odd_rank = c.broadcast ? 0 : n - 1;
+      std::vector<float> values(rank == odd_rank ? c.odd_count : c.usual_count, 1.0f);
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        if (c.broadcast) {
+          comm->broadcast(Buffer(values.data(), values.size()), 0);
+        } else {
+          comm->allreduce(values);
+        }
+      } catch (const TimeoutError& e) {
+        require(false, std::string("timed out instead of reporting the mismatch: ") + e.what());
+      } catch (const CommError& e) {
+        require(std::chrono::steady_clock::now() - start < 5s,
+                std::string("slow to fail: ") + e.what());
+        require(e.op() == (c.broadcast ? "broadcast" : "allreduce"), e.what());
+        return;
+      }
+      // A broadcast's root waits for no one: it learns of the failure in its next collective.
+      require(c.broadcast && rank == 0, "the mismatched collective succeeded");
+      try {
+        comm->barrier();
+      } catch (const TimeoutError& e) {
+        require(false, std::string("the root's next collective timed out: ") + e.what());
+      } catch (const CommError& e) {
+        require(std::chrono::steady_clock::now() - start < 5s,
+                std::string("the root was slow to fail: ") + e.what());
+        return;
+      }
+      require(false, "the root's collective after the mismatch succeeded");
+    });
+    EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+  }
+}
+
 // Killed between ops and in the middle of a large allreduce: the others fail within the timeout.
 TEST_P(FabricProcesses, KilledPeerFailsTheOthersWithinTheTimeout) {
   const auto [provider, n] = GetParam();

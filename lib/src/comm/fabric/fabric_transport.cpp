@@ -33,6 +33,11 @@ constexpr auto kStuckCallLimit = std::chrono::milliseconds(1000);
 // How long messages from a peer that has exited may still trickle in before its absence fails
 // the op.
 constexpr auto kExitedPeerDrain = std::chrono::milliseconds(50);
+// After waiting this long for a peer it has sent no header in this op, a rank injects it one:
+// ranks that disagree about an all-small op may wait on tags the other never sends (a rank with
+// an empty buffer runs a barrier, its peer a recursive doubling), and the header shows them the
+// mismatch long before their timeout. Ranks that agree pay one small message per slow wait.
+constexpr auto kHeaderAfterIdle = std::chrono::milliseconds(1);
 
 static_assert(std::is_trivially_copyable_v<CollectiveSignature>, "headers travel as raw bytes");
 
@@ -115,7 +120,9 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
   // shm the longer spin made 1 MiB slower under the same load (848 vs 479 us), so shm keeps 50 us
   // (bench/results/2026-11-23-fabric-spin-under-load.txt).
   spin_before_yield_ = std::chrono::microseconds(rxm ? 300 : 50);
-  digests_in_cq_data_ = rxm && info.domain_attr->cq_data_size >= sizeof(std::uint64_t);
+  const bool has_cq_data = info.domain_attr->cq_data_size >= sizeof(std::uint64_t);
+  digests_in_cq_data_ = rxm && has_cq_data;
+  small_digests_ = !rxm && has_cq_data;
   // Elsewhere an inject may still sit in a provider queue when fi_tinject returns, and would be
   // lost if this process exited right after its last collective; tracked sends are waited for.
   injects_small_sends_ = is_shm_;
@@ -141,7 +148,24 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
     s.peer = from;
     s.buffer = notice_buffer(i);
     s.bytes = kNoticeBytes;
-    post_control_receive(s);
+    MessageTag tag;
+    tag.control = true;
+    tag.source = from < 0 ? 0 : static_cast<std::uint32_t>(from);
+    post_standing_receive(s, encode_tag(tag), from < 0 ? kControlIgnoreBits : 0);
+  }
+  header_slots_.resize(peers_.size());
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank_) continue;
+    header_slots_[peer] = std::make_unique<Slot>();
+    Slot& s = *header_slots_[peer];
+    s.kind = SlotKind::kHeader;
+    s.peer = peer;
+    s.index = kHeaderIndex;
+    s.buffer = header_buffer(peer);
+    s.bytes = sizeof(CollectiveSignature);
+    s.desc = control_registration_->descriptor();
+    s.tag = header_tag(peer);
+    post_standing_receive(s, s.tag, 0);
   }
 }
 
@@ -199,6 +223,7 @@ void FabricTransport::leak_fabric() {
   (void)control_area_.release();
   (void)endpoint_.release();
   for (auto& slot : control_slots_) (void)slot.release();
+  for (auto& slot : header_slots_) (void)slot.release();
   leaked_slots_ = std::make_unique<std::deque<Slot>>(std::move(slots_));
   (void)leaked_slots_.release();
 }
@@ -222,26 +247,22 @@ ssize_t FabricTransport::guarded(Call&& call) {
   return rc;
 }
 
-void FabricTransport::post_control_receive(Slot& s) {
-  MessageTag tag;
-  tag.control = true;
-  tag.source = s.peer < 0 ? 0 : static_cast<std::uint32_t>(s.peer);
-  const std::uint64_t ignore = s.peer < 0 ? kControlIgnoreBits : 0;
+void FabricTransport::post_standing_receive(Slot& s, std::uint64_t tag, std::uint64_t ignore) {
   void* desc = control_registration_->descriptor();
   fid_ep* ep = endpoint_->endpoint();
-  fid_cq* cq = endpoint_->completion_queue();
-  const std::uint64_t bits = encode_tag(tag);
   for (;;) {
     const ssize_t rc = guarded([&] {
-      return fi_trecv(ep, s.buffer, s.bytes, desc, FI_ADDR_UNSPEC, bits, ignore, &s.context);
+      return fi_trecv(ep, s.buffer, s.bytes, desc, FI_ADDR_UNSPEC, tag, ignore, &s.context);
     });
     if (rc == 0) return;
     if (rc != -FI_EAGAIN) {
       throw CommError("connect", rank_, -1,
-                      "posting an abort-notice receive failed: " + fabric_error_text(rc));
+                      std::string("posting ") +
+                          (s.kind == SlotKind::kHeader ? "a header-channel" : "an abort-notice") +
+                          " receive failed: " + fabric_error_text(rc));
     }
-    fi_cq_tagged_entry entries[kCompletionBatch];
-    guarded([&] { return fi_cq_read(cq, entries, kCompletionBatch); });
+    // Only standing receives are posted yet: a header that completes one is parked for its op.
+    progress();
   }
 }
 
@@ -272,7 +293,10 @@ void FabricTransport::release(Request request) {
 
 FabricTransport::PeerOpState& FabricTransport::peer_state(int peer) {
   PeerOpState& state = peer_states_[peer];
-  if (!state.header_sent && !state.header_posted) touched_peers_.push_back(peer);
+  if (!state.touched) {
+    state.touched = true;
+    touched_peers_.push_back(peer);
+  }
   return state;
 }
 
@@ -295,12 +319,18 @@ void FabricTransport::begin_op(const CollectiveSignature& signature) {
   const auto now = Clock::now();
   deadline_ = now + timeout_;
   next_liveness_check_ = now + kLivenessInterval;
+  if (!parked_headers_.empty()) {
+    std::vector<int> parked;
+    parked.swap(parked_headers_);
+    for (int peer : parked) take_header(peer);  // parks again those still ahead
+  }
+  if (!header_reposts_.empty()) repost_header_channels();
 }
 
 void FabricTransport::end_op() {
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     const SlotKind kind = slots_[i].kind;
-    if (kind == SlotKind::kSend || kind == SlotKind::kRecv || kind == SlotKind::kHeader) {
+    if (kind == SlotKind::kSend || kind == SlotKind::kRecv) {
       wait(static_cast<Request>(i));
     }
   }
@@ -369,8 +399,7 @@ void FabricTransport::check_deadline(int peer, const char* waiting_for) {
 std::vector<bool> FabricTransport::awaited_peers() const {
   std::vector<bool> awaited(peers_.size(), false);
   for (const Slot& s : slots_) {
-    const bool in_flight =
-        s.kind == SlotKind::kSend || s.kind == SlotKind::kRecv || s.kind == SlotKind::kHeader;
+    const bool in_flight = s.kind == SlotKind::kSend || s.kind == SlotKind::kRecv;
     if (in_flight && !s.done && s.peer >= 0) awaited[s.peer] = true;
   }
   return awaited;
@@ -425,8 +454,19 @@ bool FabricTransport::large_message(std::size_t bytes) const {
   return bytes > inject_bytes_ && !digests_in_cq_data_;
 }
 
+bool FabricTransport::carries_digest(std::size_t bytes) const {
+  return digests_in_cq_data_ || (small_digests_ && !large_message(bytes));
+}
+
+std::uint64_t FabricTransport::header_tag(int source) const {
+  MessageTag tag;
+  tag.source = static_cast<std::uint32_t>(source);
+  tag.index = kHeaderIndex;
+  return encode_tag(tag);
+}
+
 void FabricTransport::send_header(int peer) {
-  const std::uint64_t bits = op_tag(rank_, kHeaderIndex);
+  const std::uint64_t bits = header_tag(rank_);
   const CollectiveSignature& header = header_;
   fid_ep* ep = endpoint_->endpoint();
   const fi_addr_t destination = peers_[peer];
@@ -447,14 +487,55 @@ void FabricTransport::send_header(int peer) {
       "an op header to");
 }
 
-void FabricTransport::post_header_receive(int peer) {
-  const Request request =
-      acquire(SlotKind::kHeader, peer, kHeaderIndex, sizeof(CollectiveSignature));
-  Slot& s = slots_[request];
-  s.buffer = header_buffer(peer);
-  s.desc = control_registration_->descriptor();
-  s.tag = op_tag(peer, kHeaderIndex);
-  post_receive(request);
+void FabricTransport::probe_with_header(int peer) {
+  // Best effort, and nothing this op must wait for: the peer may have finished and exited (a
+  // broadcast's root), where a tracked send would fail the op. Headers fit every local
+  // provider's inject size (48 bytes; tcp;ofi_rxm injects 64).
+  if (sizeof(CollectiveSignature) > inject_bytes_) return;
+  if (auto pid = liveness_.pid_of(peer); pid && process_exited(*pid)) return;
+  const CollectiveSignature& header = header_;
+  const std::uint64_t bits = header_tag(rank_);
+  fid_ep* ep = endpoint_->endpoint();
+  const fi_addr_t destination = peers_[peer];
+  guarded([&] { return fi_tinject(ep, &header, sizeof(header), destination, bits); });
+}
+
+void FabricTransport::take_header(int peer) {
+  CollectiveSignature theirs;
+  std::memcpy(&theirs, header_buffer(peer), sizeof(theirs));
+  const auto ahead =
+      static_cast<std::int32_t>(static_cast<std::uint32_t>(theirs.sequence) - sequence_);
+  if (ahead > 0 || (ahead == 0 && !in_op_)) {
+    parked_headers_.push_back(peer);  // the channel stays unposted until this rank gets there
+    return;
+  }
+  if (ahead == 0) {
+    if (!theirs.agrees_with(header_)) fail_mismatch(peer, &theirs);
+    PeerOpState& state = peer_state(peer);
+    state.header_valid = true;
+    ready_receives_.insert(ready_receives_.end(), state.deferred.begin(), state.deferred.end());
+    state.deferred.clear();
+  }
+  // A header for an op this rank completed came after every message it received from the peer
+  // in that op had been checked: nothing is left for it to protect.
+  header_reposts_.push_back(peer);
+}
+
+void FabricTransport::repost_header_channels() {
+  fid_ep* ep = endpoint_->endpoint();
+  std::size_t posted = 0;
+  for (; posted < header_reposts_.size(); ++posted) {
+    Slot& s = *header_slots_[header_reposts_[posted]];
+    const ssize_t rc = guarded([&] {
+      return fi_trecv(ep, s.buffer, s.bytes, s.desc, FI_ADDR_UNSPEC, s.tag, 0, &s.context);
+    });
+    if (rc == -FI_EAGAIN) break;  // the next progress tries again
+    if (rc != 0) {
+      fail(s.peer, "the header channel from rank " + std::to_string(s.peer) +
+                       " could not be reposted: " + fabric_error_text(rc));
+    }
+  }
+  header_reposts_.erase(header_reposts_.begin(), header_reposts_.begin() + posted);
 }
 
 void FabricTransport::post_receive(Request request) {
@@ -486,18 +567,27 @@ collectives::PeerTransport::Request FabricTransport::send(int peer, std::uint32_
                                                           const void* data, std::size_t bytes) {
   require_usable();
   PeerOpState& state = peer_state(peer);
-  if (!state.header_sent) {
-    state.header_sent = true;
-    if (!digests_in_cq_data_) send_header(peer);
-  }
   const bool large = large_message(bytes);
+  const bool digest = carries_digest(bytes);
+  // See fabric_transport.h: the header goes ahead of a message without a digest, and ahead of a
+  // small one to a peer this rank receives nothing from (yet), which may expect a large one.
+  if (!state.header_sent && !digests_in_cq_data_ && (!digest || !state.receiving)) {
+    state.header_sent = true;
+    send_header(peer);
+  }
   const std::uint64_t bits = op_tag(rank_, data_index(index), large);
   fid_ep* ep = endpoint_->endpoint();
   const fi_addr_t destination = peers_[peer];
+  const std::uint64_t op_digest = op_digest_;
   if (!large && injects_small_sends_) {
     // Written into the peer's shared memory before returning; no completion is generated.
-    post_with_retry([&] { return fi_tinject(ep, data, bytes, destination, bits); }, peer,
-                    "a send to");
+    if (digest) {
+      post_with_retry([&] { return fi_tinjectdata(ep, data, bytes, op_digest, destination, bits); },
+                      peer, "a send to");
+    } else {
+      post_with_retry([&] { return fi_tinject(ep, data, bytes, destination, bits); }, peer,
+                      "a send to");
+    }
     const Request request = acquire(SlotKind::kSend, peer, index, bytes);
     slots_[request].done = true;
     return request;
@@ -505,10 +595,9 @@ collectives::PeerTransport::Request FabricTransport::send(int peer, std::uint32_
   void* desc = descriptor_for(data, bytes);
   const Request request = acquire(SlotKind::kSend, peer, index, bytes);
   void* context = &slots_[request].context;
-  if (digests_in_cq_data_) {
-    const std::uint64_t digest = op_digest_;
+  if (digest) {
     post_with_retry(
-        [&] { return fi_tsenddata(ep, data, bytes, desc, digest, destination, bits, context); },
+        [&] { return fi_tsenddata(ep, data, bytes, desc, op_digest, destination, bits, context); },
         peer, "a send to");
     return request;
   }
@@ -521,14 +610,7 @@ collectives::PeerTransport::Request FabricTransport::recv(int peer, std::uint32_
                                                           std::size_t bytes) {
   require_usable();
   PeerOpState& state = peer_state(peer);
-  if (!state.header_posted) {
-    state.header_posted = true;
-    if (digests_in_cq_data_) {
-      state.header_valid = true;  // each message's digest is checked as it arrives
-    } else {
-      post_header_receive(peer);
-    }
-  }
+  state.receiving = true;
   const bool large = large_message(bytes);
   void* desc = descriptor_for(data, bytes);
   const Request request = acquire(SlotKind::kRecv, peer, index, bytes);
@@ -536,8 +618,9 @@ collectives::PeerTransport::Request FabricTransport::recv(int peer, std::uint32_
   s.buffer = data;
   s.desc = desc;
   s.tag = op_tag(peer, data_index(index), large);
-  // A large receive waits for the header: only then is its size known to match the sender's.
-  if (large && !state.header_valid) {
+  // A message without a digest waits for the header: only then is its size known to match the
+  // sender's.
+  if (!carries_digest(bytes) && !state.header_valid) {
     state.deferred.push_back(request);
   } else {
     post_receive(request);
@@ -549,13 +632,19 @@ void FabricTransport::wait(Request request) {
   require_usable();
   Slot& s = slots_[request];
   PollBackoff backoff(spin_before_yield_);
+  const auto header_due = Clock::now() + kHeaderAfterIdle;
   while (!s.done) {
     if (progress()) {
       backoff.reset();
       continue;
     }
     check_deadline(s.peer, s.kind == SlotKind::kSend ? "a send to" : "a message from");
-    backoff.pause(Clock::now());
+    const auto now = Clock::now();
+    if (now >= header_due && !peer_states_[s.peer].header_sent) {
+      peer_state(s.peer).header_sent = true;
+      probe_with_header(s.peer);
+    }
+    backoff.pause(now);
   }
   release(request);
 }
@@ -567,9 +656,11 @@ bool FabricTransport::progress() {
   if (count > 0) {
     for (ssize_t i = 0; i < count; ++i) complete(entries[i]);
     if (!ready_receives_.empty()) post_ready_receives();
+    if (!header_reposts_.empty()) repost_header_channels();
     return true;
   }
   if (!ready_receives_.empty()) post_ready_receives();
+  if (!header_reposts_.empty()) repost_header_channels();
   if (count == -FI_EAGAIN) return false;
   if (count == -FI_EAVAIL) raise_completion_error();
   fail(-1, "reading the completion queue failed: " + fabric_error_text(count));
@@ -603,24 +694,18 @@ void FabricTransport::complete(const fi_cq_tagged_entry& entry) {
       }
       fail(source, cause);
     }
-    case SlotKind::kHeader: {
-      CollectiveSignature theirs;
-      std::memcpy(&theirs, s.buffer, sizeof(theirs));
-      if (entry.len != sizeof(theirs)) fail_mismatch(s.peer, nullptr);
-      if (!theirs.agrees_with(header_)) fail_mismatch(s.peer, &theirs);
-      PeerOpState& state = peer_states_[s.peer];
-      state.header_valid = true;
-      ready_receives_.insert(ready_receives_.end(), state.deferred.begin(), state.deferred.end());
-      state.deferred.clear();
-      break;
-    }
+    case SlotKind::kHeader:
+      if (entry.len != sizeof(CollectiveSignature)) fail_mismatch(s.peer, nullptr);
+      take_header(s.peer);
+      return;  // a standing receive: never "done"
     case SlotKind::kRecv:
       if (entry.len != s.bytes) {
         fail(s.peer, "rank " + std::to_string(s.peer) + " sent " + std::to_string(entry.len) +
                          " bytes where this rank expected " + std::to_string(s.bytes) +
                          "; the ranks passed buffers of different sizes");
       }
-      if (digests_in_cq_data_ && (!(entry.flags & FI_REMOTE_CQ_DATA) || entry.data != op_digest_)) {
+      if (carries_digest(s.bytes) &&
+          (!(entry.flags & FI_REMOTE_CQ_DATA) || entry.data != op_digest_)) {
         fail(s.peer, "rank " + std::to_string(s.peer) + " issued another collective than this " +
                          "rank's " + describe(header_) +
                          " (another kind, type, element count, op, root, or DDP_FABRIC_* "

@@ -4,18 +4,30 @@
 // FI_CONTEXT2 contexts, so a completion that arrives while another request is awaited is simply
 // recorded (never counted against the wrong wait). Every wait is bounded by the op's deadline.
 //
-// Op headers: the first message a rank sends to a peer within an op is a small header saying
-// what this rank believes the collective is (a CollectiveSignature). The receiver checks it before
-// it posts any receive for a large message from that peer, so ranks that disagree on the collective
-// or its sizes fail with a clear error, and no large message can land in a receive of another size
-// (see message_tag.h for why that must never happen on shm). Small receives are posted at once,
-// keeping small ops fast.
+// Agreement: ranks must check that they run the same collective before data lands where the
+// other side did not mean it to. Two means, chosen per message:
+//  - A small message (up to the inject size) carries a 64-bit digest of this rank's
+//    CollectiveSignature as its remote CQ data; the receiver checks it on completion. Its receive
+//    is posted at once.
+//  - A large message is preceded by an op header (the whole signature) on the peer's header
+//    channel, and its receive is posted only once that header has agreed: a large message must
+//    never land in a receive of another size (see message_tag.h for why on shm). A rank also
+//    sends its header before a small message to a peer it is not receiving from in this op (a
+//    broadcast's root, say): that peer may expect a large message and would otherwise wait for a
+//    header that never comes, not learning of the disagreement until its timeout.
+// The header channel is one receive per peer, posted for the communicator's life and reposted
+// once a header is used, so a header is seen even by a rank that expected none: a header for a
+// later op waits until this rank gets there, one for an op already completed (its messages all
+// checked) is dropped. An all-small op, such as every allreduce up to 8 eager messages, thus
+// costs no message beyond its data: a 4 KiB allreduce on shm takes 1.8-1.9 us back to back, 2.2-2.3
+// with a header in every op (bench/results/2026-11-23-shm-small-digests.txt).
 //
-// Over ofi_rxm there is no header message: every data message carries the header's digest as
-// its remote CQ data, and receives are posted at once (rxm reports a message longer than its
-// receive as a truncation, so the shm hazard above does not exist there). A header message of
-// its own cost each op a send and a receive system call per peer: a third of a 4 KiB allreduce
-// over TCP. A disagreement shows as a digest that differs, or as a size that does.
+// Over ofi_rxm every data message carries the digest, large ones too, and headers are sent only
+// after a slow wait (see kHeaderAfterIdle in the .cpp, which applies everywhere): rxm reports a
+// message longer than its receive as a truncation, so the shm hazard above does not exist there,
+// and a header message of its own cost each op a send and a receive system call per peer, a third
+// of a 4 KiB allreduce over TCP. A provider without 8 bytes of CQ data sends the header before
+// every first message and defers every receive until it agreed.
 //
 // On any failure (error completion, mismatch, timeout, peer exit, or an abort notice from a
 // peer) the transport tells every peer with a control message, so their waits end too, closes
@@ -63,10 +75,11 @@ class FabricTransport final : public collectives::PeerTransport {
   enum class SlotKind : std::uint8_t { kFree, kSend, kRecv, kHeader, kControl };
   struct Slot;
   struct PeerOpState {
+    bool touched = false;  // listed in touched_peers_, reset at end_op
     bool header_sent = false;
-    bool header_posted = false;
+    bool receiving = false;  // a receive from this peer was issued in this op
     bool header_valid = false;
-    std::vector<Request> deferred;  // large receives waiting for the header
+    std::vector<Request> deferred;  // receives waiting for the header
   };
   struct AlignedDeleter {
     void operator()(char* p) const;
@@ -88,9 +101,20 @@ class FabricTransport final : public collectives::PeerTransport {
   // Whether a data message of `bytes` carries the tag's large bit; sender and receiver must
   // decide alike.
   bool large_message(std::size_t bytes) const;
+  // Whether a data message of `bytes` carries the op's digest as its CQ data.
+  bool carries_digest(std::size_t bytes) const;
   void send_header(int peer);
-  void post_header_receive(int peer);
-  void post_control_receive(Slot& slot);
+  // Injects this op's header to `peer` after a slow wait (see kHeaderAfterIdle), untracked.
+  void probe_with_header(int peer);
+  // The tag of `source`'s header channel: sequence 0 and the header index, never a data tag.
+  std::uint64_t header_tag(int source) const;
+  // Acts on the header in `peer`'s channel buffer: checks one for this op (then reposts the
+  // channel), keeps one for a later op, drops one for an earlier op.
+  void take_header(int peer);
+  // Reposts the header channels whose headers were used; keeps those the provider cannot take yet.
+  void repost_header_channels();
+  // Posts a receive that lives as long as the communicator (before any op runs).
+  void post_standing_receive(Slot& slot, std::uint64_t tag, std::uint64_t ignore);
   char* header_buffer(int peer) const;
   char* notice_buffer(std::size_t index) const;
   void* descriptor_for(const void* data, std::size_t bytes);
@@ -138,14 +162,19 @@ class FabricTransport final : public collectives::PeerTransport {
   // How long a wait spins before it starts yielding its core (see the constructor).
   std::chrono::microseconds spin_before_yield_;
   bool digests_in_cq_data_;  // ofi_rxm: no header messages (see above)
+  bool small_digests_;       // elsewhere, with 8 bytes of CQ data: small messages carry digests
   std::uint64_t op_digest_ = 0;
 
   std::deque<Slot> slots_;  // stable addresses: libfabric holds pointers to their contexts
   std::unique_ptr<std::deque<Slot>> leaked_slots_;
   std::vector<Request> free_slots_;
   std::vector<std::unique_ptr<Slot>> control_slots_;  // abort-notice receives
+  std::vector<std::unique_ptr<Slot>> header_slots_;   // header channel receives, by peer
+  std::vector<int> parked_headers_;  // peers whose channel holds a header for a later op
+  std::vector<int> header_reposts_;  // peers whose channel waits to be reposted
   std::size_t notice_receives_ = 1;
-  // Small registered area: one op-header slot per peer, then the abort-notice buffers.
+  // Small registered area: one header channel buffer per peer (this rank's own stages the header
+  // it sends), then the abort-notice buffers.
   std::unique_ptr<char, AlignedDeleter> control_area_;
   std::unique_ptr<MemoryRegistration> control_registration_;
 

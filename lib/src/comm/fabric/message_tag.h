@@ -7,7 +7,8 @@
 //   bit 62      large: the payload exceeds the provider's inject size
 //   bits 40-61  sequence number of the collective on this communicator (mod 2^22)
 //   bits 20-39  source rank (the tag names the sender, so no FI_DIRECTED_RECV is needed)
-//   bits 0-19   message index within the collective; kHeaderIndex is the op header
+//   bits 0-19   message index within the collective; kHeaderIndex (with sequence 0) is the
+//               sender's header channel, whose headers carry their sequence inside
 //
 // The large bit keeps a large message from ever matching a receive posted for a small one: on
 // shm a large message lands by CMA, and a CMA message longer than its receive makes the provider
