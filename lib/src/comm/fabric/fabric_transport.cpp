@@ -522,20 +522,28 @@ void FabricTransport::take_header(int peer) {
 }
 
 void FabricTransport::repost_header_channels() {
+  post_queued_receives(
+      header_reposts_, [this](int peer) -> Slot& { return *header_slots_[peer]; },
+      "the header channel from");
+}
+
+template <typename Entry, typename SlotOf>
+void FabricTransport::post_queued_receives(std::vector<Entry>& queue, SlotOf&& slot_of,
+                                           const char* what) {
   fid_ep* ep = endpoint_->endpoint();
   std::size_t posted = 0;
-  for (; posted < header_reposts_.size(); ++posted) {
-    Slot& s = *header_slots_[header_reposts_[posted]];
+  for (; posted < queue.size(); ++posted) {
+    Slot& s = slot_of(queue[posted]);
     const ssize_t rc = guarded([&] {
       return fi_trecv(ep, s.buffer, s.bytes, s.desc, FI_ADDR_UNSPEC, s.tag, 0, &s.context);
     });
     if (rc == -FI_EAGAIN) break;  // the next progress tries again
     if (rc != 0) {
-      fail(s.peer, "the header channel from rank " + std::to_string(s.peer) +
-                       " could not be reposted: " + fabric_error_text(rc));
+      fail(s.peer, std::string(what) + " rank " + std::to_string(s.peer) +
+                       " could not be posted: " + fabric_error_text(rc));
     }
   }
-  header_reposts_.erase(header_reposts_.begin(), header_reposts_.begin() + posted);
+  queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(posted));
 }
 
 void FabricTransport::post_receive(Request request) {
@@ -547,20 +555,9 @@ void FabricTransport::post_receive(Request request) {
 }
 
 void FabricTransport::post_ready_receives() {
-  fid_ep* ep = endpoint_->endpoint();
-  std::size_t posted = 0;
-  for (; posted < ready_receives_.size(); ++posted) {
-    Slot& s = slots_[ready_receives_[posted]];
-    const ssize_t rc = guarded([&] {
-      return fi_trecv(ep, s.buffer, s.bytes, s.desc, FI_ADDR_UNSPEC, s.tag, 0, &s.context);
-    });
-    if (rc == -FI_EAGAIN) break;  // the next progress tries again
-    if (rc != 0) {
-      fail(s.peer, "a receive from rank " + std::to_string(s.peer) +
-                       " could not be posted: " + fabric_error_text(rc));
-    }
-  }
-  ready_receives_.erase(ready_receives_.begin(), ready_receives_.begin() + posted);
+  post_queued_receives(
+      ready_receives_, [this](Request request) -> Slot& { return slots_[request]; },
+      "a receive from");
 }
 
 collectives::PeerTransport::Request FabricTransport::send(int peer, std::uint32_t index,

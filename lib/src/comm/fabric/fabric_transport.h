@@ -113,6 +113,10 @@ class FabricTransport final : public collectives::PeerTransport {
   void take_header(int peer);
   // Reposts the header channels whose headers were used; keeps those the provider cannot take yet.
   void repost_header_channels();
+  // Posts the receives `queue` names, in order, until the provider answers -FI_EAGAIN; keeps the
+  // rest queued for the next progress.
+  template <typename Entry, typename SlotOf>
+  void post_queued_receives(std::vector<Entry>& queue, SlotOf&& slot_of, const char* what);
   // Posts a receive that lives as long as the communicator (before any op runs).
   void post_standing_receive(Slot& slot, std::uint64_t tag, std::uint64_t ignore);
   char* header_buffer(int peer) const;
