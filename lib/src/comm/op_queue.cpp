@@ -30,27 +30,24 @@ namespace detail {
 
 OpQueue::~OpQueue() { stop(); }
 
-void OpQueue::run(std::function<void()> op) {
-  std::unique_lock<std::mutex> lock(mutex_);
+bool OpQueue::begin_inline() {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) throw Error("communicator is shut down; no further collectives can run");
-  if (pending_.empty() && !busy_) {
-    busy_ = true;
-    lock.unlock();
-    std::exception_ptr error;
-    try {
-      op();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    lock.lock();
+  if (!pending_.empty() || busy_) return false;
+  busy_ = true;
+  return true;
+}
+
+void OpQueue::end_inline() {
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
     busy_ = false;
-    lock.unlock();
-    cv_.notify_all();
-    if (error) std::rethrow_exception(error);
-    return;
+    // An idle worker waits for a queued op; a wake-up with nothing queued would only cost it
+    // (and the core it shares with the ranks) a context switch.
+    wake = !pending_.empty() || stopping_;
   }
-  lock.unlock();
-  submit(std::move(op)).wait();
+  if (wake) cv_.notify_all();
 }
 
 Work OpQueue::submit(std::function<void()> op) {

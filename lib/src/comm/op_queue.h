@@ -9,6 +9,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "ddp/comm/work.h"
 
@@ -31,7 +32,17 @@ class OpQueue {
   OpQueue& operator=(const OpQueue&) = delete;
 
   // Runs `op` after everything issued before it; returns when it is done, rethrowing its error.
-  void run(std::function<void()> op);
+  // When nothing is queued or running, `op` runs inline on the caller, without being wrapped in
+  // a std::function (which would allocate: a collective's arguments exceed its inline storage).
+  template <typename Op>
+  void run(Op&& op) {
+    if (!begin_inline()) return submit(std::function<void()>(std::forward<Op>(op))).wait();
+    struct EndInline {
+      OpQueue& queue;
+      ~EndInline() { queue.end_inline(); }
+    } end{*this};
+    op();
+  }
   // Queues `op` after everything issued before it and returns at once.
   Work submit(std::function<void()> op);
   // Fails queued ops that have not started and joins the thread. Idempotent.
@@ -43,6 +54,10 @@ class OpQueue {
     std::shared_ptr<WorkState> state;
   };
   void worker_loop();
+  // Claims the queue for an inline op: true if nothing is queued or running.
+  bool begin_inline();
+  // Releases it, waking the worker only if an op was queued meanwhile (or stop() waits).
+  void end_inline();
 
   std::mutex mutex_;
   std::condition_variable cv_;
