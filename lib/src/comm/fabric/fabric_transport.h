@@ -125,7 +125,9 @@ class FabricTransport final : public collectives::PeerTransport {
   // Posts through `post` until it stops answering -FI_EAGAIN, progressing in between.
   template <typename Post>
   void post_with_retry(Post&& post, int peer, const char* what);
-  void check_deadline(int peer, const char* waiting_for);
+  void start_op_clock(std::chrono::steady_clock::time_point now);
+  // Fails the op once its deadline has passed; the first call of an op starts its clock.
+  void check_deadline(std::chrono::steady_clock::time_point now, int peer, const char* waiting_for);
   // Peers with a transfer of this op still in flight, indexed by rank.
   std::vector<bool> awaited_peers() const;
   // Fails the op if a peer it waits on has exited (same-host peers only).
@@ -195,6 +197,9 @@ class FabricTransport final : public collectives::PeerTransport {
   bool in_op_ = false;
   CollectiveSignature header_;  // this rank's, sent to every peer before its first message
   std::uint32_t sequence_ = 0;
+  // An op's deadline counts from its first empty poll: an op whose completions are all in when
+  // polled reads no clock.
+  bool op_clock_started_ = false;
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::steady_clock::time_point next_liveness_check_;
   std::string failure_;
