@@ -19,8 +19,8 @@
 // once a header is used, so a header is seen even by a rank that expected none: a header for a
 // later op waits until this rank gets there, one for an op already completed (its messages all
 // checked) is dropped. An all-small op, such as every allreduce up to 8 eager messages, thus
-// costs no message beyond its data: a 4 KiB allreduce on shm takes 1.8-1.9 us back to back, 2.2-2.3
-// with a header in every op (bench/results/2026-11-23-shm-small-digests.txt).
+// costs no message beyond its data: a 4 KiB allreduce on shm took 1.8-1.9 us back to back against
+// 2.2-2.3 with a header in every op (bench/results/2026-11-23-shm-small-digests.txt).
 //
 // Over ofi_rxm every data message carries the digest, large ones too, and headers are sent only
 // after a slow wait (see kHeaderAfterIdle in the .cpp, which applies everywhere): rxm reports a
