@@ -17,7 +17,9 @@ class OpQueue;
 }
 
 struct CommOptions {
-  // Bound on every collective; a peer that does not take part within it fails the op.
+  // Bound on every collective; a peer that does not take part within it fails the op. The fabric
+  // backend counts it from the op's first poll that finds nothing complete (an op whose messages
+  // are all there when polled reads no clock).
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
 };
 
