@@ -7,7 +7,9 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -121,6 +123,15 @@ struct Param {
 // Readable and stable test names in ctest (the default prints the bytes, pointers included).
 void PrintTo(const Param& p, std::ostream* os) {
   *os << p.backend << ", " << p.world_size << " ranks";
+}
+
+// The fabric backend picks shm on one host unless told to use TCP.
+[[maybe_unused]] bool fabric_provider_is_tcp() {
+  for (const char* name : {"DDP_FABRIC_PROVIDER", "FI_PROVIDER"}) {
+    const char* value = std::getenv(name);
+    if (value && std::string(value).find("tcp") != std::string::npos) return true;
+  }
+  return false;
 }
 
 class Conformance : public ::testing::TestWithParam<Param> {
@@ -340,6 +351,15 @@ TEST_P(Conformance, MismatchedSizesFailClearly) {
 // A peer killed in the middle of a large allreduce: the survivors fail within the timeout.
 TEST_P(Conformance, PeerKilledMidOpFailsSurvivors) {
   if (world() == 1) GTEST_SKIP() << "a single rank has no peer to lose";
+#if defined(__SANITIZE_THREAD__)
+  // A rank killed inside shm's critical section leaves its spinlock held; the fabric backend's
+  // stuck-call guard gets the survivor out with a signal, which ThreadSanitizer holds back until
+  // the intercepted pthread_spin_lock returns, that is never. The release build runs this case.
+  if (backend() == "fabric" && !fabric_provider_is_tcp()) {
+    GTEST_SKIP() << "under ThreadSanitizer a signal cannot interrupt a spinning shm call, so the "
+                    "stuck-call guard cannot free a survivor of a peer killed holding shm's lock";
+  }
+#endif
   CommOptions options;
   options.timeout = 3s;
   const int victim = world() - 1;
