@@ -18,6 +18,7 @@ std::vector<VariantFactory> fabric_variants(int world_size) {
   if (world_size == 2) {
     variants.push_back(bare_ring_variant("fabric_bare_ring_shm", "shm"));
     variants.push_back(bare_ring_variant("fabric_bare_ring_tcp", "tcp;ofi_rxm"));
+    variants.push_back(bare_doubling_variant("fabric_bare_doubling_shm", "shm"));
   }
 #endif
   const char* tuning = std::getenv("DDP_BENCH_FABRIC_TUNING");
@@ -30,9 +31,18 @@ std::vector<VariantFactory> fabric_variants(int world_size) {
     provider.insert(provider.end(), extra.begin(), extra.end());
     return provider;
   };
-  for (const char* chunk : {"131072", "262144", "1048576"}) {
+  for (const char* chunk : {"131072", "262144", "1048576", "2097152"}) {
     variants.push_back(ddp_variant(std::string("ddp_fabric_shm_chunk") + chunk, "fabric",
                                    with(shm, {{"DDP_FABRIC_CHUNK_BYTES", chunk}})));
+  }
+  for (const char* chunk : {"262144", "1048576", "2097152", "4194304"}) {
+    variants.push_back(ddp_variant(std::string("ddp_fabric_tcp_chunk") + chunk, "fabric",
+                                   with(tcp, {{"DDP_FABRIC_CHUNK_BYTES", chunk}})));
+  }
+  for (const char* chunk : {"131072", "262144", "1048576", "2097152"}) {
+    variants.push_back(ddp_variant(
+        std::string("ddp_fabric_shm_depth1_chunk") + chunk, "fabric",
+        with(shm, {{"DDP_FABRIC_CHUNK_BYTES", chunk}, {"DDP_FABRIC_PIPELINE_DEPTH", "1"}})));
   }
   for (const char* depth : {"1", "4"}) {
     variants.push_back(ddp_variant(std::string("ddp_fabric_shm_depth") + depth, "fabric",

@@ -13,7 +13,7 @@ namespace {
 using testing::ScopedEnv;
 
 TEST(AlgorithmConfig, TcpStartsTheRingAtLargerPayloadsThanShm) {
-  EXPECT_EQ(AlgorithmConfig::for_provider("shm").ring_threshold_bytes, 64u * 1024);
+  EXPECT_EQ(AlgorithmConfig::for_provider("shm").ring_threshold_bytes, 128u * 1024);
   EXPECT_EQ(AlgorithmConfig::for_provider("efa").ring_threshold_bytes, 64u * 1024);
   EXPECT_EQ(AlgorithmConfig::for_provider("tcp;ofi_rxm").ring_threshold_bytes, 512u * 1024);
 }

@@ -303,8 +303,8 @@ TEST_P(Collectives, AllreduceSendsAFewEagerMessagesInsteadOfOneLargeOne) {
   AlgorithmConfig doubling;
   doubling.allreduce = AllreduceAlgorithm::kRecursiveDoubling;
   constexpr std::size_t kEager = 64;
-  // 16 floats fit one eager message; 17 and 128 take 2 and 8; 129 is past the split limit.
-  for (std::size_t count : {16, 17, 100, 128, 129}) {
+  // 16 floats fit one eager message; 17 and 512 take 2 and 32; 513 is past the split limit.
+  for (std::size_t count : {16, 17, 100, 512, 513}) {
     SCOPED_TRACE("count " + std::to_string(count));
     InMemoryNetwork fabric(n, kTimeout);
     fabric.set_eager_message_bytes(kEager);
@@ -324,7 +324,7 @@ TEST_P(Collectives, AllreduceSendsAFewEagerMessagesInsteadOfOneLargeOne) {
       }
     }
     const std::size_t bytes = count * sizeof(float);
-    const bool split = bytes <= 8 * kEager;
+    const bool split = bytes <= 32 * kEager;
     EXPECT_EQ(fabric.largest_message_bytes() <= kEager, split)
         << "largest message " << fabric.largest_message_bytes() << " bytes";
   }

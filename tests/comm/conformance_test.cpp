@@ -28,8 +28,9 @@ using testing::require;
 constexpr DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16,
                                   DataType::kFloat16, DataType::kInt32,   DataType::kInt64};
 constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax};
-// 0, 1, odd, and odd sizes that cross the backends' small/large algorithm switch.
-constexpr std::size_t kSizes[] = {0, 1, 17, 4099, 300007};
+// 0, 1, odd, and odd sizes that cross the backends' small/large algorithm switch (20011: 10 or
+// 20 of shm's 4 KiB injects per message, or the ring, by element size).
+constexpr std::size_t kSizes[] = {0, 1, 17, 4099, 20011, 300007};
 constexpr std::size_t k64MiBFloats = 64u << 18;
 
 // Values are stored as double and converted to/from the element type, exactly.

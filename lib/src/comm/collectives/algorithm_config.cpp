@@ -44,6 +44,14 @@ AlgorithmConfig AlgorithmConfig::for_provider(const std::string& provider) {
     config.chunk_bytes = std::size_t{512} << 10;
     config.pipeline_depth = 2;
   }
+  if (shm) {
+    // Below this, recursive doubling in 4 KiB injects (up to 32 of them, recursive_doubling.cpp)
+    // beats the ring's CMA messages. 2 ranks interleaved with the bare ring and c10d, speed
+    // relative to the bare ring, doubling against the ring: 64 KiB 1.54 against 1.23, 128 KiB
+    // 1.24 against 1.18; at 256 KiB the ring stays ahead, 1.14 against 1.00
+    // (bench/results/2026-11-25-shm-eager-doubling.txt).
+    config.ring_threshold_bytes = std::size_t{128} << 10;
+  }
   if (tcp) {
     // bench/allreduce_bench with DDP_BENCH_FABRIC_TUNING=1, 2 ranks on tcp;ofi_rxm, recursive
     // doubling against the ring in the same runs: at 16-256 KiB doubling took 0.70-0.98 of the

@@ -14,9 +14,11 @@ constexpr std::uint32_t kFirstExchangeIndex = 2;
 
 // A payload of up to this many eager messages travels as that many: on shm four 4 KiB injects
 // beat one 16 KiB message, whose CMA handshake costs a round trip (bench/allreduce_bench,
-// ddp_fabric_shm vs fabric_bare_ring_shm at 16 KiB). Message i's pieces use the indices
+// ddp_fabric_shm vs fabric_bare_ring_shm at 16 KiB), and sixteen beat the ring's two CMA
+// messages at 64 KiB (bench/results/2026-11-25-shm-eager-doubling.txt). 32 covers every payload
+// below shm's ring threshold (algorithm_config.cpp). Message i's pieces use the indices
 // i * kMaxPieces + piece.
-constexpr std::size_t kMaxPieces = 8;
+constexpr std::size_t kMaxPieces = 32;
 
 // How one message of `bytes` is cut: `count` pieces of `piece_bytes` (the last one shorter).
 struct Pieces {
