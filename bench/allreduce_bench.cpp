@@ -77,6 +77,7 @@ std::vector<VariantFactory> all_variants(int world) {
   v.push_back(ddp_variant("ddp_gloo_ring", "gloo", {{"DDP_GLOO_ALGORITHM", "ring"}}));
   v.push_back(ddp_variant("ddp_gloo_gloo_ring", "gloo", {{"DDP_GLOO_ALGORITHM", "gloo_ring"}}));
   v.push_back(ddp_variant("ddp_gloo_avg", "gloo", {}, ReduceOp::kAvg));
+  v.push_back(ddp_variant("ddp_gloo_bf16", "gloo", {}, ReduceOp::kSum, DataType::kBFloat16));
   const auto backends = available_backends();
   if (std::find(backends.begin(), backends.end(), "fabric") != backends.end()) {
     const std::vector<std::pair<std::string, std::string>> shm{{"DDP_FABRIC_PROVIDER", "shm"}};
@@ -86,6 +87,8 @@ std::vector<VariantFactory> all_variants(int world) {
     v.push_back(ddp_variant("ddp_fabric_tcp", "fabric", tcp));
     v.push_back(ddp_variant("ddp_fabric_shm_avg", "fabric", shm, ReduceOp::kAvg));
     v.push_back(ddp_variant("ddp_fabric_tcp_avg", "fabric", tcp, ReduceOp::kAvg));
+    v.push_back(
+        ddp_variant("ddp_fabric_shm_bf16", "fabric", shm, ReduceOp::kSum, DataType::kBFloat16));
   }
   for (auto& f : fabric_variants(world)) v.push_back(std::move(f));
   for (auto& f : raw_gloo_variants()) v.push_back(std::move(f));

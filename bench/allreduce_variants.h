@@ -25,10 +25,11 @@ struct VariantFactory {
 };
 
 // ddp's communicator of `backend`, after setting `env` (e.g. DDP_GLOO_ALGORITHM=ring), running
-// `op` (kSum like the references; kAvg is what DDP runs on its buckets).
+// `op` (kSum like the references; kAvg is what DDP runs on its buckets) on the same bytes as
+// elements of `dtype` (kBFloat16: what DDP's bf16 gradient compression sends).
 VariantFactory ddp_variant(const std::string& name, const std::string& backend,
                            std::vector<std::pair<std::string, std::string>> env = {},
-                           ReduceOp op = ReduceOp::kSum);
+                           ReduceOp op = ReduceOp::kSum, DataType dtype = DataType::kFloat32);
 
 // Raw gloo: classic AllreduceRing / AllreduceRingChunked / AllreduceHalvingDoubling
 // (constructed once per buffer, as c10d caches them) and the gloo::allreduce API (ring).

@@ -5,13 +5,19 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "comm/collective_signature.h"
+#include "ddp/error.h"
 
 namespace ddp::detail {
 namespace {
@@ -138,6 +144,143 @@ TEST(ReduceKernels, CompleteWithoutAverageIsTheReduction) {
   EXPECT_EQ(a, (std::vector<float>{4, 5, -2}));
   Reduction(DataType::kFloat32, ReduceOp::kSum, 3).complete(a.data(), a.data(), b.data(), 3);
   EXPECT_EQ(a, (std::vector<float>{8, 7, -5}));
+}
+
+// Random bit patterns: every class of value turns up (NaNs with payloads, infinities, signed
+// zeros, subnormals), plus runs of equal and opposite values for min/max ties.
+template <typename Bits>
+std::vector<Bits> random_bits(std::size_t n, std::mt19937_64& rng) {
+  std::vector<Bits> v(n);
+  for (auto& x : v) x = static_cast<Bits>(rng());
+  return v;
+}
+
+// Lengths around every vector width and unrolling, and past a few KiB.
+const std::size_t kAwkwardLengths[] = {0,  1,  3,  7,   8,   15,  16,  17,   31,  33,
+                                       63, 64, 65, 127, 129, 255, 257, 1000, 4099};
+
+// `variant` against the baseline, bit for bit, for one element type (given as its bits).
+template <typename Bits>
+void expect_same_bits(const ReduceKernels& variant, DataType dtype) {
+  const ReduceKernels& baseline = *reduce_kernels_for("baseline");
+  const auto& v = variant.by_type[static_cast<int>(dtype)];
+  const auto& b = baseline.by_type[static_cast<int>(dtype)];
+  std::mt19937_64 rng(11);
+  for (std::size_t n : kAwkwardLengths) {
+    auto x = random_bits<Bits>(n, rng);
+    auto y = random_bits<Bits>(n, rng);
+    for (std::size_t i = 0; i + 1 < n; i += 5) y[i] = x[i];  // ties
+    const auto same = [&](const std::vector<Bits>& got, const std::vector<Bits>& want,
+                          const char* what) {
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(Bits)), 0)
+          << variant.isa << " " << what << " " << to_string(dtype) << " n=" << n;
+    };
+    for (auto [name, mine, theirs] :
+         {std::tuple{"sum", v.sum, b.sum}, {"min", v.min, b.min}, {"max", v.max, b.max}}) {
+      std::vector<Bits> got(n), want(n);
+      mine(got.data(), x.data(), y.data(), n);
+      theirs(want.data(), x.data(), y.data(), n);
+      same(got, want, name);
+      std::vector<Bits> in_place = x;  // out aliasing an input
+      mine(in_place.data(), in_place.data(), y.data(), n);
+      same(in_place, want, name);
+    }
+    for (int divisor : {2, 3, 8, 7}) {
+      std::vector<Bits> got(n), want(n);
+      v.sum_divide(got.data(), x.data(), y.data(), n, divisor);
+      b.sum_divide(want.data(), x.data(), y.data(), n, divisor);
+      same(got, want, "sum_divide");
+      got = x;
+      want = x;
+      v.divide(got.data(), n, divisor);
+      b.divide(want.data(), n, divisor);
+      same(got, want, "divide");
+    }
+  }
+}
+
+// Integers: random values, not bit patterns, so that a sum does not overflow (undefined).
+template <typename T>
+void expect_same_integers(const ReduceKernels& variant, DataType dtype) {
+  const auto& v = variant.by_type[static_cast<int>(dtype)];
+  const auto& b = reduce_kernels_for("baseline")->by_type[static_cast<int>(dtype)];
+  std::mt19937_64 rng(13);
+  std::uniform_int_distribution<T> value(std::numeric_limits<T>::min() / 2,
+                                         std::numeric_limits<T>::max() / 2);
+  for (std::size_t n : kAwkwardLengths) {
+    std::vector<T> x(n), y(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      x[i] = value(rng);
+      y[i] = i % 5 == 0 ? x[i] : value(rng);
+    }
+    for (auto [mine, theirs] : {std::pair{v.sum, b.sum}, {v.min, b.min}, {v.max, b.max}}) {
+      std::vector<T> got(n), want(n);
+      mine(got.data(), x.data(), y.data(), n);
+      theirs(want.data(), x.data(), y.data(), n);
+      ASSERT_EQ(got, want) << variant.isa << " " << to_string(dtype) << " n=" << n;
+    }
+    for (int divisor : {2, 3, 8}) {
+      std::vector<T> got(n), want(n);
+      v.sum_divide(got.data(), x.data(), y.data(), n, divisor);
+      b.sum_divide(want.data(), x.data(), y.data(), n, divisor);
+      ASSERT_EQ(got, want) << variant.isa << " sum_divide n=" << n;
+    }
+  }
+}
+
+// Ranks on different CPUs (or with DDP_REDUCE_ISA set differently) reduce parts of one result
+// each: the wider variants must compute the baseline's bits, NaN, signed zeros and ties
+// included.
+TEST(ReduceKernels, EveryVariantThisCpuRunsComputesTheBaselinesBits) {
+  int checked = 0;
+  for (const char* isa : {"avx2", "avx512"}) {
+    const ReduceKernels* variant = reduce_kernels_for(isa);
+    if (!variant) {
+      std::printf("%s reduction kernels: not in this build or not run by this CPU, not checked\n",
+                  isa);
+      continue;
+    }
+    ++checked;
+    expect_same_bits<std::uint32_t>(*variant, DataType::kFloat32);
+    expect_same_bits<std::uint64_t>(*variant, DataType::kFloat64);
+    expect_same_bits<std::uint16_t>(*variant, DataType::kBFloat16);
+    expect_same_bits<std::uint16_t>(*variant, DataType::kFloat16);
+    expect_same_integers<std::int32_t>(*variant, DataType::kInt32);
+    expect_same_integers<std::int64_t>(*variant, DataType::kInt64);
+  }
+  if (checked == 0) GTEST_SKIP() << "no wider reduction kernels run here; the baseline is all";
+}
+
+// The baseline's bfloat16 loops (raw bits) give c10's results for every class of value.
+TEST(ReduceKernels, BFloat16MatchesC10OnRandomBitPatterns) {
+  std::mt19937_64 rng(17);
+  const auto x = random_bits<std::uint16_t>(4099, rng);
+  const auto y = random_bits<std::uint16_t>(4099, rng);
+  std::vector<std::uint16_t> sum(x.size()), mx(x.size());
+  const auto& b = reduce_kernels_for("baseline")->by_type[static_cast<int>(DataType::kBFloat16)];
+  b.sum(sum.data(), x.data(), y.data(), x.size());
+  b.max(mx.data(), x.data(), y.data(), x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float fx = static_cast<float>(c10::BFloat16(x[i], c10::BFloat16::from_bits()));
+    const float fy = static_cast<float>(c10::BFloat16(y[i], c10::BFloat16::from_bits()));
+    ASSERT_EQ(sum[i], c10::BFloat16(fx + fy).x) << i;
+    ASSERT_EQ(mx[i], c10::BFloat16(std::max(fx, fy)).x) << i;
+  }
+}
+
+TEST(ReduceKernels, AnUnknownOrUnsupportedVariantIsAConfigErrorNamingTheVariable) {
+  try {
+    select_reduce_kernels("sse9");
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("DDP_REDUCE_ISA=sse9"), std::string::npos) << e.what();
+  }
+  EXPECT_STREQ(select_reduce_kernels("baseline").isa, "baseline");
+  // Unset: the widest this CPU runs.
+  const char* widest = reduce_kernels_for("avx512") ? "avx512"
+                       : reduce_kernels_for("avx2") ? "avx2"
+                                                    : "baseline";
+  EXPECT_STREQ(select_reduce_kernels(nullptr).isa, widest);
 }
 
 TEST(CollectiveSignature, DescribesBothSidesOfAMismatch) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "bfloat16_bits.h"
 #include "models/activation_kernels.h"
 
 namespace ddp::models::detail {
@@ -53,16 +54,9 @@ inline void fill_mask(const DropoutMask& mask, uint64_t block, int64_t n, float*
 
 // ---- element conversions ----
 
-// bfloat16 is handled as its raw bits: GCC vectorises loops over scalars but not over
-// c10::BFloat16 objects. The conversions have no branches for the same reason;
-// float -> bfloat16 gives c10's bits (round to nearest even, every NaN to 0x7FC0).
+// bfloat16 is handled as its raw bits (bfloat16_bits.h).
 inline float to_float(float v) { return v; }
-inline float to_float(uint16_t bits) {
-  const uint32_t widened = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &widened, sizeof(f));
-  return f;
-}
+inline float to_float(uint16_t bits) { return ddp::detail::bfloat16_bits_to_float(bits); }
 
 template <typename E>
 inline E from_float(float v);
@@ -72,11 +66,7 @@ inline float from_float<float>(float v) {
 }
 template <>
 inline uint16_t from_float<uint16_t>(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof(u));
-  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
-  return static_cast<uint16_t>(nan ? 0x7FC0u : rounded);
+  return ddp::detail::float_to_bfloat16_bits(v);
 }
 
 inline bool is_nan(float v) { return v != v; }

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "cpu_features.h"
 #include "ddp/env_vars.h"
 #include "ddp/error.h"
 
@@ -13,30 +14,10 @@ extern const ActivationKernels kBaselineActivationKernels;
 extern const ActivationKernels kAvx512ActivationKernels;
 #endif
 
-namespace {
-
-#if defined(DDP_AVX512_KERNELS)
-// Everything -march=x86-64-v4 lets the compiler use, not only the AVX-512 subsets it happens to.
-bool cpu_has_avx512() {
-  __builtin_cpu_init();
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
-  return __builtin_cpu_supports("x86-64-v4");
-#else
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx2") &&
-         __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
-         __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("movbe");
-#endif
-}
-#endif
-
-}  // namespace
-
 const ActivationKernels* activation_kernels_for(const char* isa) {
   if (std::strcmp(isa, "baseline") == 0) return &kBaselineActivationKernels;
 #if defined(DDP_AVX512_KERNELS)
-  static const bool avx512 = cpu_has_avx512();
+  static const bool avx512 = ddp::detail::cpu_runs_x86_64_v4();
   if (std::strcmp(isa, "avx512") == 0 && avx512) return &kAvx512ActivationKernels;
 #endif
   return nullptr;
