@@ -4,7 +4,6 @@ find_package(spdlog REQUIRED)
 find_package(fmt REQUIRED)
 find_package(Gloo REQUIRED)
 find_package(ZLIB REQUIRED)
-find_package(Eigen3 REQUIRED NO_MODULE)
 find_package(cxxopts REQUIRED)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)  # header-only, never a public dependency
