@@ -37,6 +37,7 @@
 #include "ddp/comm/factory.h"
 #include "fabric_variants.h"
 #include "placement_probe.h"
+#include "tcp_socket_exchange.h"
 
 namespace ddp::bench {
 namespace {
@@ -73,6 +74,7 @@ std::vector<VariantFactory> all_variants(int world) {
   v.push_back({"memcpy_ceiling", [](auto, int, int) {
                  return std::unique_ptr<AllreduceVariant>(new MemcpyCeiling());
                }});
+  if (world == 2) v.push_back(tcp_socket_exchange_variant());
   v.push_back(ddp_variant("ddp_gloo", "gloo"));
   v.push_back(ddp_variant("ddp_gloo_ring", "gloo", {{"DDP_GLOO_ALGORITHM", "ring"}}));
   v.push_back(ddp_variant("ddp_gloo_gloo_ring", "gloo", {{"DDP_GLOO_ALGORITHM", "gloo_ring"}}));

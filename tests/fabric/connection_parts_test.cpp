@@ -6,21 +6,45 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "comm/fabric/address_exchange.h"
 #include "comm/fabric/cross_memory_attach.h"
+#include "comm/fabric/fabric_info.h"
 #include "comm/fabric/host_identity.h"
 #include "comm/fabric/peer_liveness.h"
 #include "comm/fabric/provider_selection.h"
 #include "comm/fabric/shm_region_names.h"
 #include "ddp/error.h"
 #include "ddp/store.h"
+#include "scoped_env.h"
 
 namespace ddp::detail::fabric {
 namespace {
+
+using testing::ScopedEnv;
+
+TEST(FabricEnvironment, SetsLibfabricDefaultsTheCallerDidNotSet) {
+  {
+    ScopedEnv fork_safe("FI_EFA_FORK_SAFE", nullptr);
+    ScopedEnv buffer("FI_OFI_RXM_BUFFER_SIZE", nullptr);
+    ScopedEnv receives("FI_OFI_RXM_MSG_RX_SIZE", nullptr);
+    prepare_fabric_environment();
+    EXPECT_STREQ(std::getenv("FI_EFA_FORK_SAFE"), "1");
+    EXPECT_STREQ(std::getenv("FI_OFI_RXM_BUFFER_SIZE"), "65536");
+    EXPECT_STREQ(std::getenv("FI_OFI_RXM_MSG_RX_SIZE"), "128");
+  }
+  ScopedEnv fork_safe("FI_EFA_FORK_SAFE", "0");
+  ScopedEnv buffer("FI_OFI_RXM_BUFFER_SIZE", "16384");
+  ScopedEnv receives("FI_OFI_RXM_MSG_RX_SIZE", "1024");
+  prepare_fabric_environment();
+  EXPECT_STREQ(std::getenv("FI_EFA_FORK_SAFE"), "0");
+  EXPECT_STREQ(std::getenv("FI_OFI_RXM_BUFFER_SIZE"), "16384");
+  EXPECT_STREQ(std::getenv("FI_OFI_RXM_MSG_RX_SIZE"), "1024");
+}
 
 TEST(ChooseProvider, ExplicitSettingsWinInOrder) {
   EXPECT_EQ(choose_provider("shm", "tcp", true, 3, 8).provider, "shm");

@@ -11,8 +11,9 @@
 
 namespace ddp::detail::fabric {
 
-// Sets FI_EFA_FORK_SAFE=1 (unless the caller set it) before libfabric first initialises: the
-// launcher and data loaders fork, and EFA's registered pages must survive that.
+// Sets, unless the caller set them, before libfabric first initialises: FI_EFA_FORK_SAFE=1 (the
+// launcher and data loaders fork, and EFA's registered pages must survive that), and ofi_rxm's
+// eager size and receive buffer count (FI_OFI_RXM_BUFFER_SIZE=65536, FI_OFI_RXM_MSG_RX_SIZE=128).
 void prepare_fabric_environment();
 
 struct InfoQuery {
