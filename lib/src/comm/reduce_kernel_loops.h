@@ -8,8 +8,8 @@
 //
 // Every variant computes the same bits: each element is one IEEE operation (no contraction,
 // -ffp-contract=off), min/max are std::min/std::max (the second operand only when it is
-// strictly smaller/larger: NaN and signed zeros as Eigen's packets treat them), bfloat16 goes
-// through float with c10's rounding. float16 stays with the baseline kernels in every table
+// strictly smaller/larger, which fixes what NaN and signed zeros give), bfloat16 goes through
+// float with c10's rounding. float16 stays with the baseline kernels in every table
 // (reduce_kernels_float16.cpp): its conversions are c10's, and CPU training does not use it.
 #include <cstddef>
 #include <cstdint>
