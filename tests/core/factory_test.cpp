@@ -1,15 +1,20 @@
 #include "ddp/comm/factory.h"
 
+#include <unistd.h>
+
 #include <algorithm>
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 
 #include <gtest/gtest.h>
 
 #include "ddp/comm/types.h"
 #include "ddp/error.h"
 #include "ddp/store.h"
+#include "multiprocess.h"
 
 #include <ATen/ATen.h>
 
@@ -44,6 +49,32 @@ TEST(Factory, SingleRankCommunicatorWorksWithoutPeers) {
     EXPECT_EQ(v, (std::vector<float>{1, 2, 3})) << backend;
     EXPECT_STREQ(comm->backend_name(), backend.c_str());
   }
+}
+
+// Run only by the test below, in a process of its own (the kernels are chosen once per process):
+// exits 42 when building a communicator under DDP_REDUCE_ISA=sse9 fails with a ConfigError that
+// names the setting.
+TEST(Factory, DISABLED_ChildBuildsACommunicatorUnderABadReduceIsa) {
+  auto store = Store::host(0, std::chrono::seconds(5));
+  try {
+    create_communicator("gloo", store, 0, 1);
+  } catch (const ConfigError& e) {
+    if (std::string(e.what()).find("DDP_REDUCE_ISA=sse9") != std::string::npos) std::_Exit(42);
+    FAIL() << e.what();
+  }
+  FAIL() << "a communicator was built with DDP_REDUCE_ISA=sse9";
+}
+
+TEST(Factory, AnUnknownReductionVariantFailsTheCommunicatorsConstruction) {
+  const auto outcomes = testing::run_ranks(1, std::chrono::seconds(60), [](int) {
+    setenv("DDP_REDUCE_ISA", "sse9", 1);
+    execl("/proc/self/exe", "core_test", "--gtest_also_run_disabled_tests",
+          "--gtest_filter=Factory.DISABLED_ChildBuildsACommunicatorUnderABadReduceIsa",
+          static_cast<char*>(nullptr));
+    throw std::runtime_error("cannot run this test binary again");
+  });
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_EQ(outcomes[0].exit_code, 42) << testing::describe(outcomes[0]);
 }
 
 // A write to a dead peer's socket must become a CommError, not a SIGPIPE death.
