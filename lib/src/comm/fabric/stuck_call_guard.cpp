@@ -14,6 +14,23 @@ int escape_signal() { return SIGRTMIN + 7; }
 // Initial-exec TLS: reading it from a signal handler must not allocate.
 __attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* t_escape = nullptr;
 
+// The calling thread's CPU clock, computed once per thread.
+clockid_t this_threads_cpu_clock() {
+  __attribute__((tls_model("initial-exec"))) static thread_local clockid_t clock = [] {
+    clockid_t id = CLOCK_THREAD_CPUTIME_ID;
+    pthread_getcpuclockid(pthread_self(), &id);
+    return id;
+  }();
+  return clock;
+}
+
+// CPU time `clock` has used; `fallback` when the thread is gone.
+std::chrono::nanoseconds cpu_time(clockid_t clock, std::chrono::nanoseconds fallback) {
+  timespec t{};
+  if (clock_gettime(clock, &t) != 0) return fallback;
+  return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
+}
+
 void on_escape_signal(int) {
   if (t_escape) siglongjmp(*t_escape, 1);
 }
@@ -30,7 +47,9 @@ void install_handler_once() {
 
 }  // namespace
 
-StuckCallGuard::StuckCallGuard(std::chrono::milliseconds limit) : limit_(limit) {
+StuckCallGuard::StuckCallGuard(std::chrono::milliseconds cpu_limit,
+                               std::chrono::milliseconds wall_limit)
+    : cpu_limit_(cpu_limit), wall_limit_(wall_limit) {
   install_handler_once();
   watchdog_ = std::thread([this] { watch(); });
 }
@@ -47,6 +66,7 @@ StuckCallGuard::~StuckCallGuard() {
 void StuckCallGuard::enter(sigjmp_buf* escape) {
   t_escape = escape;
   caller_.store(pthread_self(), std::memory_order_relaxed);
+  caller_cpu_clock_.store(this_threads_cpu_clock(), std::memory_order_relaxed);
   calls_.fetch_add(1, std::memory_order_relaxed);
   in_call_.store(true, std::memory_order_release);
 }
@@ -66,23 +86,49 @@ bool StuckCallGuard::abandoned() {
   return false;
 }
 
+std::string StuckCallGuard::last_abandoned_reason() const {
+  switch (reason_.load(std::memory_order_acquire)) {
+    case Reason::kSpinning:
+      return "spun for " + std::to_string(cpu_limit_.count()) + " ms of CPU time";
+    case Reason::kOverran:
+      return "ran for " + std::to_string(wall_limit_.count()) + " ms";
+    case Reason::kNone:
+      break;
+  }
+  return "was abandoned";
+}
+
 void StuckCallGuard::watch() {
-  const auto period = std::max(std::chrono::milliseconds(20), limit_ / 5);
+  const auto period =
+      std::max(std::chrono::milliseconds(20), std::min(cpu_limit_, wall_limit_) / 5);
   unsigned long seen_calls = 0;
-  auto same_call_since = std::chrono::steady_clock::now();
+  auto wall_at_sight = std::chrono::steady_clock::now();
+  std::chrono::nanoseconds cpu_at_sight{0};
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
     const auto now = std::chrono::steady_clock::now();
     const unsigned long calls = calls_.load(std::memory_order_relaxed);
+    const clockid_t clock = caller_cpu_clock_.load(std::memory_order_relaxed);
     if (!in_call_.load(std::memory_order_acquire) || calls != seen_calls) {
+      // A new call (or none): its limits count from here, up to one period after it began.
       seen_calls = calls;
-      same_call_since = now;
+      wall_at_sight = now;
+      cpu_at_sight = cpu_time(clock, cpu_at_sight);
       continue;
     }
-    if (now - same_call_since >= limit_) {
-      pthread_kill(caller_.load(std::memory_order_relaxed), escape_signal());
-      same_call_since = now;  // once per limit, should the first signal land outside the call
+    const auto cpu_now = cpu_time(clock, cpu_at_sight);
+    Reason reason = Reason::kNone;
+    if (cpu_now - cpu_at_sight >= cpu_limit_) {
+      reason = Reason::kSpinning;
+    } else if (now - wall_at_sight >= wall_limit_) {
+      reason = Reason::kOverran;
     }
+    if (reason == Reason::kNone) continue;
+    reason_.store(reason, std::memory_order_release);
+    pthread_kill(caller_.load(std::memory_order_relaxed), escape_signal());
+    // Once per limit, should the first signal land outside the call.
+    wall_at_sight = now;
+    cpu_at_sight = cpu_now;
   }
 }
 

@@ -1,0 +1,81 @@
+// The stuck-call guard abandons a call that spins (CPU time) or outlives its wall limit, and
+// leaves alone a call that is merely slow to be scheduled. Each "call" below gives up on its own
+// after kGiveUp, so a guard that fails to fire fails the test instead of hanging it.
+#include "comm/fabric/stuck_call_guard.h"
+
+#include <gtest/gtest.h>
+#include <time.h>
+
+#include <chrono>
+
+namespace ddp::detail::fabric {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kGiveUp = 20s;
+
+// Burns CPU until `duration` has passed (or kGiveUp).
+void spin_for(std::chrono::nanoseconds duration) {
+  const auto end = Clock::now() + std::min<std::chrono::nanoseconds>(duration, kGiveUp);
+  while (Clock::now() < end) {
+  }
+}
+
+// Uses no CPU until `duration` has passed (or kGiveUp), like a call whose thread is descheduled.
+void sleep_for(std::chrono::nanoseconds duration) {
+  const auto end = Clock::now() + std::min<std::chrono::nanoseconds>(duration, kGiveUp);
+  while (Clock::now() < end) {
+    const timespec nap{0, 5'000'000};
+    nanosleep(&nap, nullptr);
+  }
+}
+
+std::chrono::milliseconds since(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+}
+
+TEST(StuckCallGuard, ACallThatSpinsIsAbandonedOnceItHasBurntItsCpuLimit) {
+  StuckCallGuard guard(200ms, 60s);
+  const auto start = Clock::now();
+  EXPECT_FALSE(guard.run([] { spin_for(kGiveUp); }));
+  EXPECT_GE(since(start), 200ms);
+  EXPECT_LT(since(start), 10s);
+  EXPECT_EQ(guard.last_abandoned_reason(), "spun for 200 ms of CPU time");
+}
+
+TEST(StuckCallGuard, ACallThatUsesLittleCpuOutlivesTheCpuLimit) {
+  // Over a second of wall time at almost no CPU: a call on an oversubscribed host.
+  StuckCallGuard guard(100ms, 60s);
+  EXPECT_TRUE(guard.run([] { sleep_for(1200ms); }));
+}
+
+TEST(StuckCallGuard, ACallThatWaitsIsAbandonedAtItsWallLimit) {
+  StuckCallGuard guard(60s, 300ms);
+  const auto start = Clock::now();
+  EXPECT_FALSE(guard.run([] { sleep_for(kGiveUp); }));
+  EXPECT_GE(since(start), 300ms);
+  EXPECT_LT(since(start), 10s);
+  EXPECT_EQ(guard.last_abandoned_reason(), "ran for 300 ms");
+}
+
+TEST(StuckCallGuard, CpuTimeCountsPerCallNotAcrossCalls) {
+  // 600 calls of 2 ms each burn 1.2 s in all, six times the limit, but none comes near it; nor
+  // does a longer call after them, which the watchdog sees more than once.
+  StuckCallGuard guard(200ms, 60s);
+  int completed = 0;
+  for (int i = 0; i < 600; ++i) completed += guard.run([] { spin_for(2ms); }) ? 1 : 0;
+  EXPECT_EQ(completed, 600);
+  EXPECT_TRUE(guard.run([] { spin_for(150ms); }));
+}
+
+TEST(StuckCallGuard, TheGuardStillWorksAfterAnAbandonedCall) {
+  StuckCallGuard guard(100ms, 60s);
+  EXPECT_FALSE(guard.run([] { spin_for(kGiveUp); }));
+  EXPECT_TRUE(guard.run([] { spin_for(1ms); }));
+  EXPECT_FALSE(guard.run([] { spin_for(kGiveUp); }));
+}
+
+}  // namespace
+}  // namespace ddp::detail::fabric
