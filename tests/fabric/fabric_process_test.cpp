@@ -631,5 +631,31 @@ TEST(FabricProviderChoice, PeersOfARankThatCannotOpenItsEndpointFailWithItsReaso
   EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
 }
 
+// A provider queue set too small for the receives every communicator keeps posted: shm refuses
+// the post (ENOMEM), ofi_rxm answers EAGAIN forever. Either way every rank fails at construction,
+// within the timeout, with an error naming the variable that sets the queue's depth.
+TEST(FabricQueues, AReceiveQueueTooSmallFailsConstructionNamingTheVariable) {
+  struct Case {
+    const char* provider;
+    const char* variable;
+  };
+  for (const Case c : {Case{"shm", "FI_SHM_RX_SIZE"}, Case{"tcp;ofi_rxm", "FI_OFI_RXM_RX_SIZE"}}) {
+    SCOPED_TRACE(c.provider);
+    ScopedEnv provider("DDP_FABRIC_PROVIDER", c.provider);
+    ScopedEnv depth(c.variable, "1");
+    auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
+      try {
+        create_communicator("fabric", store, rank, 2, with_timeout(2s));
+      } catch (const CommError& e) {
+        const std::string what = e.what();
+        require(what.find(std::string("unset or raise ") + c.variable) != std::string::npos, what);
+        return;
+      }
+      require(false, "construction succeeded with a receive queue 1 deep");
+    });
+    EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+  }
+}
+
 }  // namespace
 }  // namespace ddp::detail::fabric

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -49,6 +50,21 @@ static_assert(std::is_trivially_copyable_v<CollectiveSignature>, "headers travel
 
 // An abort notice: the sender's op sequence number, then why it gave up (text).
 constexpr std::size_t kNoticeSequenceBytes = sizeof(std::uint32_t);
+
+// What to add to a failed post's error when the provider's queue was full (ENOMEM, or EAGAIN
+// that nothing cleared): its size and the variable that sets it. Ops keep a standing receive per
+// peer plus up to 32 pieces in flight, which the defaults (1024 and more) hold with room to spare.
+std::string queue_full_hint(const fi_info& info, ssize_t rc, bool receive) {
+  if (rc != -FI_ENOMEM && rc != -FI_EAGAIN) return "";
+  // In "tcp;ofi_rxm" the queue that refused is the top layer's.
+  std::string layer = info.fabric_attr->prov_name;
+  layer = layer.substr(layer.find(';') == std::string::npos ? 0 : layer.find(';') + 1);
+  for (char& c : layer) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const std::size_t entries = receive ? info.rx_attr->size : info.tx_attr->size;
+  return std::string("; the endpoint's ") + (receive ? "receive" : "send") + " queue is only " +
+         std::to_string(entries) + " deep: unset or raise FI_" + layer +
+         (receive ? "_RX_SIZE" : "_TX_SIZE");
+}
 
 // A time not yet taken: the clock is read only on empty polls. Most requests are complete by their
 // first poll, and a small op waits on several: a 16 KiB allreduce on shm read the clock about 25
@@ -267,16 +283,19 @@ ssize_t FabricTransport::guarded(Call&& call) {
 void FabricTransport::post_standing_receive(Slot& s, std::uint64_t tag, std::uint64_t ignore) {
   void* desc = control_registration_->descriptor();
   fid_ep* ep = endpoint_->endpoint();
+  const auto deadline = Clock::now() + timeout_;
   for (;;) {
     const ssize_t rc = guarded([&] {
       return fi_trecv(ep, s.buffer, s.bytes, desc, FI_ADDR_UNSPEC, tag, ignore, &s.context);
     });
     if (rc == 0) return;
-    if (rc != -FI_EAGAIN) {
+    if (rc != -FI_EAGAIN || Clock::now() >= deadline) {
       throw CommError("connect", rank_, -1,
                       std::string("posting ") +
                           (s.kind == SlotKind::kHeader ? "a header-channel" : "an abort-notice") +
-                          " receive failed: " + fabric_error_text(rc));
+                          " receive failed: " + fabric_error_text(rc) +
+                          (rc == -FI_EAGAIN ? " for the whole timeout" : "") +
+                          queue_full_hint(endpoint_->info(), rc, true));
     }
     // Only standing receives are posted yet: a header that completes one is parked for its op.
     progress();
@@ -445,14 +464,14 @@ void FabricTransport::check_awaited_peers_alive() {
 }
 
 template <typename Post>
-void FabricTransport::post_with_retry(Post&& post, int peer, const char* what) {
+void FabricTransport::post_with_retry(Post&& post, int peer, const char* what, bool receive) {
   PollBackoff backoff(spin_before_yield_);
   for (;;) {
     const ssize_t rc = guarded(post);
     if (rc == 0) return;
     if (rc != -FI_EAGAIN) {
-      fail(peer, std::string(what) + " rank " + std::to_string(peer) +
-                     " could not be posted: " + fabric_error_text(rc));
+      fail(peer, std::string(what) + " rank " + std::to_string(peer) + " could not be posted: " +
+                     fabric_error_text(rc) + queue_full_hint(endpoint_->info(), rc, receive));
     }
     // The queues are full: completions free them.
     if (progress()) {
@@ -566,7 +585,8 @@ void FabricTransport::post_queued_receives(std::vector<Entry>& queue, SlotOf&& s
     if (rc == -FI_EAGAIN) break;  // the next progress tries again
     if (rc != 0) {
       fail(s.peer, std::string(what) + " rank " + std::to_string(s.peer) +
-                       " could not be posted: " + fabric_error_text(rc));
+                       " could not be posted: " + fabric_error_text(rc) +
+                       queue_full_hint(endpoint_->info(), rc, true));
     }
   }
   queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(posted));
@@ -577,7 +597,7 @@ void FabricTransport::post_receive(Request request) {
   fid_ep* ep = endpoint_->endpoint();
   post_with_retry(
       [&] { return fi_trecv(ep, s.buffer, s.bytes, s.desc, FI_ADDR_UNSPEC, s.tag, 0, &s.context); },
-      s.peer, "a receive from");
+      s.peer, "a receive from", true);
 }
 
 void FabricTransport::post_ready_receives() {

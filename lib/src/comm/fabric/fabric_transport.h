@@ -122,9 +122,10 @@ class FabricTransport final : public collectives::PeerTransport {
   char* header_buffer(int peer) const;
   char* notice_buffer(std::size_t index) const;
   void* descriptor_for(const void* data, std::size_t bytes);
-  // Posts through `post` until it stops answering -FI_EAGAIN, progressing in between.
+  // Posts through `post` until it stops answering -FI_EAGAIN, progressing in between; `receive`
+  // says which queue it fills, for the error when that queue is too small.
   template <typename Post>
-  void post_with_retry(Post&& post, int peer, const char* what);
+  void post_with_retry(Post&& post, int peer, const char* what, bool receive = false);
   void start_op_clock(std::chrono::steady_clock::time_point now);
   // Fails the op once its deadline has passed; the first call of an op starts its clock.
   void check_deadline(std::chrono::steady_clock::time_point now, int peer, const char* waiting_for);
