@@ -4,6 +4,7 @@
 #include "comm/fabric/stuck_call_guard.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <time.h>
 
 #include <chrono>
@@ -75,6 +76,16 @@ TEST(StuckCallGuard, TheGuardStillWorksAfterAnAbandonedCall) {
   EXPECT_FALSE(guard.run([] { spin_for(kGiveUp); }));
   EXPECT_TRUE(guard.run([] { spin_for(1ms); }));
   EXPECT_FALSE(guard.run([] { spin_for(kGiveUp); }));
+}
+
+TEST(StuckCallGuard, AnEscapeSignalMeantForAnEarlierCallLeavesTheCurrentOneAlone) {
+  // The watchdog signals the call it judged stuck; if that call returns before the signal lands,
+  // the signal may reach the thread inside its next call, which must go on.
+  StuckCallGuard guard(60s, 60s);
+  EXPECT_TRUE(guard.run([] {
+    pthread_kill(pthread_self(), StuckCallGuard::escape_signal());
+    spin_for(10ms);
+  }));
 }
 
 }  // namespace

@@ -8,21 +8,13 @@
 namespace ddp::detail::fabric {
 namespace {
 
-// A real-time signal nothing else in the process is expected to use.
-int escape_signal() { return SIGRTMIN + 7; }
-
 // Initial-exec TLS: reading it from a signal handler must not allocate.
 __attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* t_escape = nullptr;
-
-// The calling thread's CPU clock, computed once per thread.
-clockid_t this_threads_cpu_clock() {
-  __attribute__((tls_model("initial-exec"))) static thread_local clockid_t clock = [] {
-    clockid_t id = CLOCK_THREAD_CPUTIME_ID;
-    pthread_getcpuclockid(pthread_self(), &id);
-    return id;
-  }();
-  return clock;
-}
+// The number of the call this thread is in, and where its guard names the call it abandons: a
+// signal meant for a call that returned before it landed must not abandon the next one.
+__attribute__((tls_model("initial-exec"))) thread_local unsigned long t_call = 0;
+__attribute__((tls_model("initial-exec"))) thread_local const std::atomic<unsigned long>* t_doomed =
+    nullptr;
 
 // CPU time `clock` has used; `fallback` when the thread is gone.
 std::chrono::nanoseconds cpu_time(clockid_t clock, std::chrono::nanoseconds fallback) {
@@ -32,7 +24,9 @@ std::chrono::nanoseconds cpu_time(clockid_t clock, std::chrono::nanoseconds fall
 }
 
 void on_escape_signal(int) {
-  if (t_escape) siglongjmp(*t_escape, 1);
+  if (t_escape && t_doomed && t_doomed->load(std::memory_order_relaxed) == t_call) {
+    siglongjmp(*t_escape, 1);
+  }
 }
 
 void install_handler_once() {
@@ -41,7 +35,7 @@ void install_handler_once() {
     struct sigaction action {};
     action.sa_handler = on_escape_signal;
     sigemptyset(&action.sa_mask);
-    sigaction(escape_signal(), &action, nullptr);
+    sigaction(StuckCallGuard::escape_signal(), &action, nullptr);
   });
 }
 
@@ -63,11 +57,17 @@ StuckCallGuard::~StuckCallGuard() {
   watchdog_.join();
 }
 
+int StuckCallGuard::escape_signal() { return SIGRTMIN + 7; }
+
 void StuckCallGuard::enter(sigjmp_buf* escape) {
   t_escape = escape;
+  t_doomed = &doomed_call_;
+  clockid_t clock = CLOCK_THREAD_CPUTIME_ID;
+  pthread_getcpuclockid(pthread_self(), &clock);  // arithmetic on the thread id, no system call
   caller_.store(pthread_self(), std::memory_order_relaxed);
-  caller_cpu_clock_.store(this_threads_cpu_clock(), std::memory_order_relaxed);
-  calls_.fetch_add(1, std::memory_order_relaxed);
+  caller_cpu_clock_.store(clock, std::memory_order_relaxed);
+  t_call = calls_.fetch_add(1, std::memory_order_relaxed) + 1;
+  // Publishes the stores above to a watchdog that reads in_call_ first.
   in_call_.store(true, std::memory_order_release);
 }
 
@@ -102,16 +102,21 @@ void StuckCallGuard::watch() {
   const auto period =
       std::max(std::chrono::milliseconds(20), std::min(cpu_limit_, wall_limit_) / 5);
   unsigned long seen_calls = 0;
+  clockid_t seen_clock{};
   auto wall_at_sight = std::chrono::steady_clock::now();
   std::chrono::nanoseconds cpu_at_sight{0};
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
     const auto now = std::chrono::steady_clock::now();
+    // in_call_ first: once it reads true, the count and clock are that call's or a later one's,
+    // never an earlier call's (whose thread may have burnt any amount of CPU since).
+    const bool in_call = in_call_.load(std::memory_order_acquire);
     const unsigned long calls = calls_.load(std::memory_order_relaxed);
     const clockid_t clock = caller_cpu_clock_.load(std::memory_order_relaxed);
-    if (!in_call_.load(std::memory_order_acquire) || calls != seen_calls) {
+    if (!in_call || calls != seen_calls || clock != seen_clock) {
       // A new call (or none): its limits count from here, up to one period after it began.
       seen_calls = calls;
+      seen_clock = clock;
       wall_at_sight = now;
       cpu_at_sight = cpu_time(clock, cpu_at_sight);
       continue;
@@ -125,6 +130,7 @@ void StuckCallGuard::watch() {
     }
     if (reason == Reason::kNone) continue;
     reason_.store(reason, std::memory_order_release);
+    doomed_call_.store(calls, std::memory_order_relaxed);
     pthread_kill(caller_.load(std::memory_order_relaxed), escape_signal());
     // Once per limit, should the first signal land outside the call.
     wall_at_sight = now;

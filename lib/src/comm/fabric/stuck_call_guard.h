@@ -49,6 +49,9 @@ class StuckCallGuard {
   // time" or "ran for 30000 ms".
   std::string last_abandoned_reason() const;
 
+  // The real-time signal that abandons a call (nothing else in the process is expected to use it).
+  static int escape_signal();
+
  private:
   enum class Reason { kNone, kSpinning, kOverran };
 
@@ -64,6 +67,7 @@ class StuckCallGuard {
   std::atomic<clockid_t> caller_cpu_clock_{};
   std::atomic<bool> in_call_{false};
   std::atomic<unsigned long> calls_{0};
+  std::atomic<unsigned long> doomed_call_{0};  // the call the watchdog signals to abandon
   std::mutex mutex_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;
