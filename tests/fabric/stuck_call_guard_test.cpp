@@ -88,5 +88,17 @@ TEST(StuckCallGuard, AnEscapeSignalMeantForAnEarlierCallLeavesTheCurrentOneAlone
   }));
 }
 
+TEST(StuckCallGuard, ACallWithAWallLimitOfItsOwnIsAbandonedAtThatLimit) {
+  // Best-effort calls on a failure path give up long before the op's timeout.
+  StuckCallGuard guard(60s, 60s);
+  const auto start = Clock::now();
+  EXPECT_FALSE(guard.run([] { sleep_for(kGiveUp); }, 300ms));
+  EXPECT_GE(since(start), 300ms);
+  EXPECT_LT(since(start), 10s);
+  EXPECT_EQ(guard.last_abandoned_reason(), "ran for 300 ms");
+  // The next call is back under the guard's own limits.
+  EXPECT_TRUE(guard.run([] { sleep_for(700ms); }));
+}
+
 }  // namespace
 }  // namespace ddp::detail::fabric

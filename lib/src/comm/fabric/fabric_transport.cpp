@@ -37,6 +37,9 @@ constexpr auto kStuckCallCpuLimit = std::chrono::milliseconds(10000);
 #else
 constexpr auto kStuckCallCpuLimit = std::chrono::milliseconds(1000);
 #endif
+// Best-effort calls once the endpoint is done with (abort notices, draining, closing) give up
+// after this much wall time, blocked or not: the rank's own error waits on them.
+constexpr auto kBestEffortCallLimit = kStuckCallCpuLimit;
 // How long messages from a peer that has exited may still trickle in before its absence fails
 // the op.
 constexpr auto kExitedPeerDrain = std::chrono::milliseconds(50);
@@ -235,7 +238,7 @@ void FabricTransport::release_fabric() {
   if (!wedged_) {
     // The endpoint goes first, so nothing still posted can touch memory released below.
     FabricEndpoint* endpoint = endpoint_.get();
-    if (guard_->run([endpoint] { endpoint->close_endpoint(); })) {
+    if (guard_->run([endpoint] { endpoint->close_endpoint(); }, kBestEffortCallLimit)) {
       op_registrations_.clear();
       scratch_registration_.reset();
       control_registration_.reset();
@@ -860,10 +863,12 @@ void FabricTransport::notify_peers(const std::string& reason) {
     void* context = injected ? nullptr : &slots_[acquire(SlotKind::kSend, peer, 0, length)].context;
     for (;;) {
       ssize_t rc = 0;
-      if (!guard_->run([&] {
-            rc = injected ? fi_tinject(ep, staged, length, destination, bits)
-                          : fi_tsend(ep, staged, length, desc, destination, bits, context);
-          })) {
+      if (!guard_->run(
+              [&] {
+                rc = injected ? fi_tinject(ep, staged, length, destination, bits)
+                              : fi_tsend(ep, staged, length, desc, destination, bits, context);
+              },
+              kBestEffortCallLimit)) {
         wedged_ = true;
         return;
       }
@@ -881,13 +886,14 @@ bool FabricTransport::drain_quietly(std::chrono::milliseconds period) {
   do {
     fi_cq_tagged_entry entries[kCompletionBatch];
     ssize_t rc = 0;
-    if (!guard_->run([&] { rc = fi_cq_read(cq, entries, kCompletionBatch); })) {
+    if (!guard_->run([&] { rc = fi_cq_read(cq, entries, kCompletionBatch); },
+                     kBestEffortCallLimit)) {
       wedged_ = true;
       return false;
     }
     if (rc == -FI_EAVAIL) {
       fi_cq_err_entry error{};
-      if (!guard_->run([&] { rc = fi_cq_readerr(cq, &error, 0); })) {
+      if (!guard_->run([&] { rc = fi_cq_readerr(cq, &error, 0); }, kBestEffortCallLimit)) {
         wedged_ = true;
         return false;
       }

@@ -59,8 +59,9 @@ StuckCallGuard::~StuckCallGuard() {
 
 int StuckCallGuard::escape_signal() { return SIGRTMIN + 7; }
 
-void StuckCallGuard::enter(sigjmp_buf* escape) {
+void StuckCallGuard::enter(sigjmp_buf* escape, std::chrono::milliseconds wall_limit) {
   t_escape = escape;
+  call_wall_limit_ms_.store(wall_limit.count(), std::memory_order_relaxed);
   t_doomed = &doomed_call_;
   clockid_t clock = CLOCK_THREAD_CPUTIME_ID;
   pthread_getcpuclockid(pthread_self(), &clock);  // arithmetic on the thread id, no system call
@@ -91,7 +92,7 @@ std::string StuckCallGuard::last_abandoned_reason() const {
     case Reason::kSpinning:
       return "spun for " + std::to_string(cpu_limit_.count()) + " ms of CPU time";
     case Reason::kOverran:
-      return "ran for " + std::to_string(wall_limit_.count()) + " ms";
+      return "ran for " + std::to_string(abandoned_wall_limit_ms_.load()) + " ms";
     case Reason::kNone:
       break;
   }
@@ -99,8 +100,9 @@ std::string StuckCallGuard::last_abandoned_reason() const {
 }
 
 void StuckCallGuard::watch() {
-  const auto period =
-      std::max(std::chrono::milliseconds(20), std::min(cpu_limit_, wall_limit_) / 5);
+  // Five samples per limit, and at least five a second for the per-call wall limits of a second.
+  const auto period = std::clamp(std::min(cpu_limit_, wall_limit_) / 5,
+                                 std::chrono::milliseconds(20), std::chrono::milliseconds(200));
   unsigned long seen_calls = 0;
   clockid_t seen_clock{};
   auto wall_at_sight = std::chrono::steady_clock::now();
@@ -113,6 +115,7 @@ void StuckCallGuard::watch() {
     const bool in_call = in_call_.load(std::memory_order_acquire);
     const unsigned long calls = calls_.load(std::memory_order_relaxed);
     const clockid_t clock = caller_cpu_clock_.load(std::memory_order_relaxed);
+    const std::chrono::milliseconds wall_limit(call_wall_limit_ms_.load(std::memory_order_relaxed));
     if (!in_call || calls != seen_calls || clock != seen_clock) {
       // A new call (or none): its limits count from here, up to one period after it began.
       seen_calls = calls;
@@ -125,8 +128,9 @@ void StuckCallGuard::watch() {
     Reason reason = Reason::kNone;
     if (cpu_now - cpu_at_sight >= cpu_limit_) {
       reason = Reason::kSpinning;
-    } else if (now - wall_at_sight >= wall_limit_) {
+    } else if (now - wall_at_sight >= wall_limit) {
       reason = Reason::kOverran;
+      abandoned_wall_limit_ms_.store(wall_limit.count(), std::memory_order_relaxed);
     }
     if (reason == Reason::kNone) continue;
     reason_.store(reason, std::memory_order_release);

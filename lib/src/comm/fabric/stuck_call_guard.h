@@ -23,6 +23,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace ddp::detail::fabric {
 
@@ -37,9 +38,15 @@ class StuckCallGuard {
   // object with a destructor may live in them). False if the call was abandoned.
   template <typename Call>
   bool run(Call&& call) {
+    return run(std::forward<Call>(call), wall_limit_);
+  }
+  // The same with a wall limit of its own for this call: best-effort calls on a failure path
+  // (abort notices, closing) give up long before the op's timeout would.
+  template <typename Call>
+  bool run(Call&& call, std::chrono::milliseconds wall_limit) {
     sigjmp_buf escape;
     if (sigsetjmp(escape, 0) != 0) return abandoned();
-    enter(&escape);
+    enter(&escape, wall_limit);
     call();
     leave();
     return true;
@@ -55,13 +62,15 @@ class StuckCallGuard {
  private:
   enum class Reason { kNone, kSpinning, kOverran };
 
-  void enter(sigjmp_buf* escape);
+  void enter(sigjmp_buf* escape, std::chrono::milliseconds wall_limit);
   void leave();
   bool abandoned();
   void watch();
 
   std::chrono::milliseconds cpu_limit_;
   std::chrono::milliseconds wall_limit_;
+  std::atomic<std::chrono::milliseconds::rep> call_wall_limit_ms_{0};  // the current call's
+  std::atomic<std::chrono::milliseconds::rep> abandoned_wall_limit_ms_{0};
   std::atomic<Reason> reason_{Reason::kNone};
   std::atomic<pthread_t> caller_{};
   std::atomic<clockid_t> caller_cpu_clock_{};
