@@ -10,8 +10,8 @@
 // the op's timeout). Wall time alone misjudges an oversubscribed host: with 24 processes on 2
 // cores, one tcp;ofi_rxm call of a 64 MiB allreduce ran for over a second while using 0.19 s of
 // CPU. The watchdog then signals the thread, whose handler jumps back out of the provider to
-// run(), which reports false. The endpoint that call used is
-// in an unknown state from then on and must never be used or closed again, only leaked.
+// run(), which reports false. The endpoint that call used is in an unknown state from then on
+// and must never be used or closed again, only leaked.
 // A forked child must not destroy its copy of a guard (the watchdog lives in the parent).
 #include <pthread.h>
 
