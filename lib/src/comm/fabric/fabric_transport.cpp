@@ -287,6 +287,7 @@ void FabricTransport::post_standing_receive(Slot& s, std::uint64_t tag, std::uin
   void* desc = control_registration_->descriptor();
   fid_ep* ep = endpoint_->endpoint();
   const auto deadline = Clock::now() + timeout_;
+  PollBackoff backoff(spin_before_yield_);
   for (;;) {
     const ssize_t rc = guarded([&] {
       return fi_trecv(ep, s.buffer, s.bytes, desc, FI_ADDR_UNSPEC, tag, ignore, &s.context);
@@ -301,7 +302,11 @@ void FabricTransport::post_standing_receive(Slot& s, std::uint64_t tag, std::uin
                           queue_full_hint(endpoint_->info(), rc, true));
     }
     // Only standing receives are posted yet: a header that completes one is parked for its op.
-    progress();
+    if (progress()) {
+      backoff.reset();
+      continue;
+    }
+    backoff.pause(Clock::now());
   }
 }
 
