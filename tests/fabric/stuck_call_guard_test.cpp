@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include <chrono>
+#include <string>
 
 namespace ddp::detail::fabric {
 namespace {
@@ -37,13 +38,23 @@ std::chrono::milliseconds since(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
 }
 
+// `run` (a guarded call that never returns on its own) is abandoned no sooner than `limit`, well
+// before the call would give up, for `reason`.
+template <typename Run>
+void expect_abandoned(const StuckCallGuard& guard, Run&& run, std::chrono::milliseconds limit,
+                      const std::string& reason) {
+  const auto start = Clock::now();
+  EXPECT_FALSE(run());
+  EXPECT_GE(since(start), limit);
+  EXPECT_LT(since(start), 10s);
+  EXPECT_EQ(guard.last_abandoned_reason(), reason);
+}
+
 TEST(StuckCallGuard, ACallThatSpinsIsAbandonedOnceItHasBurntItsCpuLimit) {
   StuckCallGuard guard(200ms, 60s);
-  const auto start = Clock::now();
-  EXPECT_FALSE(guard.run([] { spin_for(kGiveUp); }));
-  EXPECT_GE(since(start), 200ms);
-  EXPECT_LT(since(start), 10s);
-  EXPECT_EQ(guard.last_abandoned_reason(), "spun for 200 ms of CPU time");
+  expect_abandoned(
+      guard, [&] { return guard.run([] { spin_for(kGiveUp); }); }, 200ms,
+      "spun for 200 ms of CPU time");
 }
 
 TEST(StuckCallGuard, ACallThatUsesLittleCpuOutlivesTheCpuLimit) {
@@ -54,11 +65,8 @@ TEST(StuckCallGuard, ACallThatUsesLittleCpuOutlivesTheCpuLimit) {
 
 TEST(StuckCallGuard, ACallThatWaitsIsAbandonedAtItsWallLimit) {
   StuckCallGuard guard(60s, 300ms);
-  const auto start = Clock::now();
-  EXPECT_FALSE(guard.run([] { sleep_for(kGiveUp); }));
-  EXPECT_GE(since(start), 300ms);
-  EXPECT_LT(since(start), 10s);
-  EXPECT_EQ(guard.last_abandoned_reason(), "ran for 300 ms");
+  expect_abandoned(
+      guard, [&] { return guard.run([] { sleep_for(kGiveUp); }); }, 300ms, "ran for 300 ms");
 }
 
 TEST(StuckCallGuard, CpuTimeCountsPerCallNotAcrossCalls) {
@@ -91,11 +99,8 @@ TEST(StuckCallGuard, AnEscapeSignalMeantForAnEarlierCallLeavesTheCurrentOneAlone
 TEST(StuckCallGuard, ACallWithAWallLimitOfItsOwnIsAbandonedAtThatLimit) {
   // Best-effort calls on a failure path give up long before the op's timeout.
   StuckCallGuard guard(60s, 60s);
-  const auto start = Clock::now();
-  EXPECT_FALSE(guard.run([] { sleep_for(kGiveUp); }, 300ms));
-  EXPECT_GE(since(start), 300ms);
-  EXPECT_LT(since(start), 10s);
-  EXPECT_EQ(guard.last_abandoned_reason(), "ran for 300 ms");
+  expect_abandoned(
+      guard, [&] { return guard.run([] { sleep_for(kGiveUp); }, 300ms); }, 300ms, "ran for 300 ms");
   // The next call is back under the guard's own limits.
   EXPECT_TRUE(guard.run([] { sleep_for(700ms); }));
 }
