@@ -28,6 +28,7 @@ class InMemoryTransport final : public PeerTransport {
   void end_op() override {
     if (!in_op_) throw std::logic_error("end_op outside an op");
     while (!outstanding_.empty()) wait(outstanding_.begin()->first);
+    sends_in_order_.clear();
     exposed_.clear();
     in_op_ = false;
   }
@@ -46,6 +47,7 @@ class InMemoryTransport final : public PeerTransport {
     auto state = std::make_shared<InMemoryNetwork::RequestState>();
     fabric_.post_send({peer, rank_, sequence_, index},
                       {rank_, header_, static_cast<char*>(const_cast<void*>(data)), bytes, state});
+    sends_in_order_.push_back(state);
     return track(peer, state);
   }
 
@@ -62,8 +64,15 @@ class InMemoryTransport final : public PeerTransport {
     if (it == outstanding_.end()) throw std::logic_error("wait on an unknown request");
     auto [peer, state] = it->second;
     outstanding_.erase(it);
+    // A send is reported done only once every send this rank posted before it is (shm's order).
+    const auto sent = std::find(sends_in_order_.begin(), sends_in_order_.end(), state);
+    const auto reported = [&] {
+      if (!state->done) return false;
+      return sent == sends_in_order_.end() ||
+             std::all_of(sends_in_order_.begin(), sent, [](const auto& s) { return s->done; });
+    };
     std::unique_lock<std::mutex> lock(fabric_.mutex_);
-    if (!fabric_.changed_.wait_until(lock, deadline_, [&] { return state->done; })) {
+    if (!fabric_.changed_.wait_until(lock, deadline_, reported)) {
       throw TimeoutError(to_string(header_.kind), rank_, peer, "no message within the timeout");
     }
     if (!state->error.empty()) {
@@ -106,6 +115,8 @@ class InMemoryTransport final : public PeerTransport {
   std::vector<std::pair<const char*, std::size_t>> exposed_;
   std::vector<char> scratch_;
   std::map<Request, std::pair<int, std::shared_ptr<InMemoryNetwork::RequestState>>> outstanding_;
+  // This op's sends, in the order they were posted.
+  std::vector<std::shared_ptr<InMemoryNetwork::RequestState>> sends_in_order_;
   Request next_request_ = 0;
 };
 
