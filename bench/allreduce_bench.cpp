@@ -4,7 +4,7 @@
 // all variants alike. Reports the median per-op time and nccl-tests' algbw/busbw
 // (busbw = algbw * 2(n-1)/n).
 //   allreduce_bench [--ranks=N] [--interleave=REGEX] [--cpu-hogs=N] [--rewrite-buffer]
-//                   [google benchmark flags]
+//                   [--evict-bytes=N] [--idle-us=N] [google benchmark flags]
 // --interleave runs only the variants whose names match REGEX, all of them once per iteration
 // in shuffled order: the way to compare variants whose differences are smaller than this
 // machine's drift between benchmarks (see register_interleaved). bench/interleaved_table
@@ -13,6 +13,10 @@
 // --rewrite-buffer writes the buffer before each op (outside the timing), as autograd rewrites
 // a DDP bucket between its allreduces: a buffer allreduced over and over is partly in the peer's
 // cache, which a rank's writes into it must first take back.
+// --evict-bytes=N writes N bytes of other memory before each op, and --idle-us=N sleeps that long
+// (both outside the timing): the two ways a DDP step separates its allreduces, backward's compute
+// pushing the collective's code and data out of the caches and the communication thread waiting
+// for the next bucket. Ops measured so start cold, as in training; back to back they do not.
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -37,6 +41,7 @@
 #include "ddp/comm/factory.h"
 #include "fabric_variants.h"
 #include "placement_probe.h"
+#include "shared_barrier.h"
 #include "tcp_socket_exchange.h"
 
 namespace ddp::bench {
@@ -44,10 +49,29 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// --rewrite-buffer; set before the ranks fork.
-bool rewrite_buffer = false;
+// What happens between two timed ops (the flags above); set before the ranks fork.
+struct BetweenOps {
+  bool rewrite_buffer = false;
+  std::size_t evict_bytes = 0;
+  int idle_us = 0;
+  bool any() const { return rewrite_buffer || evict_bytes > 0 || idle_us > 0; }
+  bool cold() const { return evict_bytes > 0 || idle_us > 0; }
+};
+BetweenOps between_ops;
+// Lines the ranks up after evicting or idling: those take each rank a different time.
+SharedBarrier* cold_start = nullptr;
 
-void rewrite(float* data, std::size_t count) { std::fill_n(data, count, 1.0f); }
+void before_op(float* data, std::size_t count) {
+  if (between_ops.rewrite_buffer) std::fill_n(data, count, 1.0f);
+  if (between_ops.evict_bytes > 0) {
+    static std::vector<char> other(between_ops.evict_bytes);
+    static unsigned char round = 0;
+    std::memset(other.data(), ++round, other.size());
+    benchmark::ClobberMemory();
+  }
+  if (between_ops.idle_us > 0) usleep(static_cast<useconds_t>(between_ops.idle_us));
+  if (cold_start) cold_start->arrive_and_wait();
+}
 
 constexpr std::size_t kSizes[] = {4u << 10, 16u << 10, 64u << 10, 256u << 10,
                                   1u << 20, 4u << 20,  16u << 20, 64u << 20};
@@ -130,7 +154,7 @@ void register_interleaved(const std::vector<VariantFactory>& factories,
           for (auto _ : state) {
             std::shuffle(order.begin(), order.end(), shuffler);
             for (std::size_t i : order) {
-              if (rewrite_buffer) rewrite(data, bytes / sizeof(float));
+              before_op(data, bytes / sizeof(float));
               const auto start = Clock::now();
               variants[i]->run();
               seconds[i].push_back(std::chrono::duration<double>(Clock::now() - start).count());
@@ -196,9 +220,9 @@ void run_rank(int rank, int world, std::shared_ptr<Store> store, int argc, char*
             std::vector<double> seconds;
             seconds.reserve(state.max_iterations);
             for (auto _ : state) {
-              if (rewrite_buffer) {
+              if (between_ops.any()) {
                 state.PauseTiming();
-                rewrite(data.data(), bytes / sizeof(float));
+                before_op(data.data(), bytes / sizeof(float));
                 state.ResumeTiming();
               }
               const auto start = Clock::now();
@@ -258,7 +282,11 @@ int main(int argc, char** argv) {
     } else if (std::strncmp(argv[i], "--cpu-hogs=", 11) == 0) {
       cpu_hogs = std::max(0, std::atoi(argv[i] + 11));
     } else if (std::strcmp(argv[i], "--rewrite-buffer") == 0) {
-      ddp::bench::rewrite_buffer = true;
+      ddp::bench::between_ops.rewrite_buffer = true;
+    } else if (std::strncmp(argv[i], "--evict-bytes=", 14) == 0) {
+      ddp::bench::between_ops.evict_bytes = std::strtoull(argv[i] + 14, nullptr, 10);
+    } else if (std::strncmp(argv[i], "--idle-us=", 10) == 0) {
+      ddp::bench::between_ops.idle_us = std::max(0, std::atoi(argv[i] + 10));
     } else if (std::strncmp(argv[i], "--interleave=", 13) == 0) {
       interleave = argv[i] + 13;
     } else if (std::strstr(argv[i], "random_interleaving")) {
@@ -274,6 +302,8 @@ int main(int argc, char** argv) {
   int nargs = static_cast<int>(args.size());
   // Measured before any thread exists, so the forked ranks share it.
   auto probe = ddp::bench::PlacementProbe::create();
+  auto barrier = ddp::bench::SharedBarrier::create(world);
+  if (ddp::bench::between_ops.cold()) ddp::bench::cold_start = &barrier;
   auto server = ddp::Store::host(0, std::chrono::minutes(5));
   const int port = server->port();
   std::vector<pid_t> children;
@@ -296,7 +326,10 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("intercore_rtt_us", std::to_string(rtt_us));
   if (cpu_hogs > 0) std::printf("busy loops beside the ranks: %d\n", cpu_hogs);
   benchmark::AddCustomContext("cpu_hogs", std::to_string(cpu_hogs));
-  benchmark::AddCustomContext("rewrite_buffer", ddp::bench::rewrite_buffer ? "yes" : "no");
+  benchmark::AddCustomContext("rewrite_buffer",
+                              ddp::bench::between_ops.rewrite_buffer ? "yes" : "no");
+  benchmark::AddCustomContext("evict_bytes", std::to_string(ddp::bench::between_ops.evict_bytes));
+  benchmark::AddCustomContext("idle_us", std::to_string(ddp::bench::between_ops.idle_us));
   // After the placement probe, which needs both cores to itself.
   const auto hogs = ddp::bench::start_cpu_hogs(cpu_hogs);
   ddp::bench::run_rank(0, world, server, nargs, args.data(), interleave);
