@@ -351,6 +351,33 @@ TEST(RingLayout, MidSizedBlocksAreCutIntoSeveralChunksWhenAMinimumIsSet) {
   EXPECT_EQ(large.chunks_per_block, 8u);
 }
 
+TEST(RingOrder, EveryChunkTakesItsStepsInTurnAndSoonAfterEachOther) {
+  for (int steps : {1, 2, 3, 7, 14}) {
+    for (std::size_t chunks : {1u, 2u, 5u, 64u}) {
+      SCOPED_TRACE("steps " + std::to_string(steps) + ", chunks " + std::to_string(chunks));
+      const auto order = wavefront_order(steps, chunks);
+      ASSERT_EQ(order.size(), static_cast<std::size_t>(steps) * chunks);
+      std::vector<std::vector<long>> position(steps, std::vector<long>(chunks, -1));
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        const auto [step, chunk] = order[i];
+        ASSERT_TRUE(step >= 0 && step < steps && chunk < chunks);
+        ASSERT_EQ(position[step][chunk], -1) << "taken twice: step " << step << ", chunk " << chunk;
+        position[step][chunk] = static_cast<long>(i);
+      }
+      for (int step = 1; step < steps; ++step) {
+        for (std::size_t chunk = 0; chunk < chunks; ++chunk) {
+          const long gap = position[step][chunk] - position[step - 1][chunk];
+          // A chunk's next step never comes before its previous one (the ranks would deadlock),
+          // and comes at most one diagonal (`steps` segments) after it, not a whole step of
+          // chunks later.
+          EXPECT_GT(gap, 0) << "step " << step << ", chunk " << chunk;
+          EXPECT_LE(gap, steps + 1) << "step " << step << ", chunk " << chunk;
+        }
+      }
+    }
+  }
+}
+
 TEST(CollectivesFailures, MismatchedSizesFailEveryRankWithCommError) {
   for (const auto& [name, config] : configs()) {
     for (int n : {2, 3, 4}) {

@@ -14,6 +14,19 @@ int wrap(int value, int n) { return ((value % n) + n) % n; }
 
 }  // namespace
 
+std::vector<Segment> wavefront_order(int steps, std::size_t chunks) {
+  std::vector<Segment> order;
+  order.reserve(static_cast<std::size_t>(steps) * chunks);
+  const std::size_t diagonals = static_cast<std::size_t>(steps) + chunks - 1;
+  for (std::size_t d = 0; d < diagonals; ++d) {
+    for (int step = 0; step < steps; ++step) {
+      const auto s = static_cast<std::size_t>(step);
+      if (s <= d && d - s < chunks) order.push_back({step, d - s});
+    }
+  }
+  return order;
+}
+
 std::size_t RingLayout::slot_bytes(const AlgorithmConfig& config) const {
   return static_cast<std::size_t>(config.pipeline_depth) * max_chunk_bytes;
 }
@@ -49,7 +62,6 @@ void run_ring(PeerTransport& transport, Buffer buffer, RingPhases phases,
   // Steps [0, n-1) reduce-scatter, [n-1, 2n-2) allgather.
   const int first = phases == RingPhases::kAllgather ? n - 1 : 0;
   const int last = phases == RingPhases::kReduceScatter ? n - 1 : 2 * n - 2;
-  const bool reduce_scatter_runs = first < n - 1;
   auto send_block = [&](int step) {
     return step < n - 1 ? wrap(r - step - 1, n) : wrap(r - (step - (n - 1)), n);
   };
@@ -68,34 +80,26 @@ void run_ring(PeerTransport& transport, Buffer buffer, RingPhases phases,
     return static_cast<std::uint32_t>(static_cast<std::size_t>(step) * chunks + c);
   };
 
-  // Reduce-scatter sends, so an allgather receive never lands on a chunk still being sent.
-  std::vector<PeerTransport::Request> scatter_sends(
-      reduce_scatter_runs ? static_cast<std::size_t>(n - 1) * chunks : 0, kNoRequest);
+  // Sends complete by end_op. An allgather receive lands where a reduce-scatter send of the same
+  // chunk left from, and is posted without waiting for that send: what it brings has gone round
+  // the ring from the right neighbour, whose receive of that send completed first. Waiting would
+  // deadlock on shm, which reports send completions only in posting order.
   auto post_send = [&](int step, std::size_t c) {
     const Span span = chunk(send_block(step), c);
-    const auto request = transport.send(right, message_index(step, c), span.data, span.bytes);
-    if (step < n - 1) scatter_sends[static_cast<std::size_t>(step) * chunks + c] = request;
+    transport.send(right, message_index(step, c), span.data, span.bytes);
   };
 
-  const std::size_t segments = static_cast<std::size_t>(last - first) * chunks;
+  const std::vector<Segment> order = wavefront_order(last - first, chunks);
+  const std::size_t segments = order.size();
   std::vector<PeerTransport::Request> receives(depth, kNoRequest);
   auto slot = [&](std::size_t segment) {
     return slots + (segment % depth) * layout.max_chunk_bytes;
   };
   auto post_recv = [&](std::size_t segment) {
-    const int step = first + static_cast<int>(segment / chunks);
-    const std::size_t c = segment % chunks;
+    const int step = first + order[segment].step;
+    const std::size_t c = order[segment].chunk;
     Span target = chunk(recv_block(step), c);
-    if (step < n - 1) {
-      target.data = slot(segment);
-    } else if (reduce_scatter_runs) {
-      // This chunk left at reduce-scatter step (step - (n-1)); its send must be done first.
-      auto& pending = scatter_sends[static_cast<std::size_t>(step - (n - 1)) * chunks + c];
-      if (pending != kNoRequest) {
-        transport.wait(pending);
-        pending = kNoRequest;
-      }
-    }
+    if (step < n - 1) target.data = slot(segment);
     receives[segment % depth] =
         transport.recv(left, message_index(step, c), target.data, target.bytes);
   };
@@ -105,8 +109,8 @@ void run_ring(PeerTransport& transport, Buffer buffer, RingPhases phases,
   for (std::size_t segment = 0; segment < segments; ++segment) {
     while (posted < segments && posted < segment + depth) post_recv(posted++);
     transport.wait(receives[segment % depth]);
-    const int step = first + static_cast<int>(segment / chunks);
-    const std::size_t c = segment % chunks;
+    const int step = first + order[segment].step;
+    const std::size_t c = order[segment].chunk;
     if (step < n - 1) {
       const Span own = chunk(recv_block(step), c);
       // The last reduce-scatter step finishes this rank's block.
@@ -117,9 +121,6 @@ void run_ring(PeerTransport& transport, Buffer buffer, RingPhases phases,
       }
     }
     if (step + 1 < last) post_send(step + 1, c);
-  }
-  for (auto& pending : scatter_sends) {
-    if (pending != kNoRequest) transport.wait(pending);
   }
 }
 

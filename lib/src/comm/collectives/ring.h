@@ -5,6 +5,7 @@
 // moves on to the next step as soon as it has arrived (and been reduced), so transfers of
 // later chunks overlap the reduction of earlier ones and every link stays busy.
 #include <cstddef>
+#include <vector>
 
 #include "comm/collectives/algorithm_config.h"
 #include "comm/collectives/peer_transport.h"
@@ -25,6 +26,18 @@ struct RingLayout {
 
 RingLayout ring_layout(std::size_t count, DataType dtype, int ranks, const AlgorithmConfig& config,
                        std::size_t max_message_bytes);
+
+// Chunk `chunk` of the block a rank receives at `step` (counted from the first step run).
+struct Segment {
+  int step;
+  std::size_t chunk;
+};
+
+// The order in which every rank takes its incoming chunks: a wavefront, chunk c at step s right
+// after chunk c+1 at step s-1. In step order a rank would reduce its whole block before its peer
+// read any of it back in the allgather, by then (from a few MiB) out of the caches; in this
+// order a reduced chunk leaves again while it is still in them.
+std::vector<Segment> wavefront_order(int steps, std::size_t chunks);
 
 // Runs the phases on `buffer` (exposed by the caller) within the current op. `slots` is at least
 // layout.slot_bytes(config) of transport memory when reduce-scatter runs. `reduction` combines
