@@ -29,6 +29,7 @@ class InMemoryTransport final : public PeerTransport {
     if (!in_op_) throw std::logic_error("end_op outside an op");
     while (!outstanding_.empty()) wait(outstanding_.begin()->first);
     sends_in_order_.clear();
+    sends_done_ = 0;
     exposed_.clear();
     in_op_ = false;
   }
@@ -48,7 +49,7 @@ class InMemoryTransport final : public PeerTransport {
     fabric_.post_send({peer, rank_, sequence_, index},
                       {rank_, header_, static_cast<char*>(const_cast<void*>(data)), bytes, state});
     sends_in_order_.push_back(state);
-    return track(peer, state);
+    return track(peer, state, sends_in_order_.size() - 1);
   }
 
   Request recv(int peer, std::uint32_t index, void* data, std::size_t bytes) override {
@@ -56,27 +57,29 @@ class InMemoryTransport final : public PeerTransport {
     auto state = std::make_shared<InMemoryNetwork::RequestState>();
     fabric_.post_recv({rank_, peer, sequence_, index},
                       {peer, header_, static_cast<char*>(data), bytes, state});
-    return track(peer, state);
+    return track(peer, state, kNotASend);
   }
 
   void wait(Request request) override {
     auto it = outstanding_.find(request);
     if (it == outstanding_.end()) throw std::logic_error("wait on an unknown request");
-    auto [peer, state] = it->second;
+    const Outstanding request_state = it->second;
     outstanding_.erase(it);
     // A send is reported done only once every send this rank posted before it is (shm's order).
-    const auto sent = std::find(sends_in_order_.begin(), sends_in_order_.end(), state);
     const auto reported = [&] {
-      if (!state->done) return false;
-      return sent == sends_in_order_.end() ||
-             std::all_of(sends_in_order_.begin(), sent, [](const auto& s) { return s->done; });
+      if (request_state.send_position == kNotASend) return request_state.state->done;
+      while (sends_done_ < sends_in_order_.size() && sends_in_order_[sends_done_]->done) {
+        ++sends_done_;
+      }
+      return request_state.send_position < sends_done_;
     };
+    const int peer = request_state.peer;
     std::unique_lock<std::mutex> lock(fabric_.mutex_);
     if (!fabric_.changed_.wait_until(lock, deadline_, reported)) {
       throw TimeoutError(to_string(header_.kind), rank_, peer, "no message within the timeout");
     }
-    if (!state->error.empty()) {
-      throw CommError(to_string(header_.kind), rank_, peer, state->error);
+    if (!request_state.state->error.empty()) {
+      throw CommError(to_string(header_.kind), rank_, peer, request_state.state->error);
     }
   }
 
@@ -101,8 +104,16 @@ class InMemoryTransport final : public PeerTransport {
     throw std::logic_error("transfer from memory that was neither exposed nor scratch");
   }
 
-  Request track(int peer, std::shared_ptr<InMemoryNetwork::RequestState> state) {
-    outstanding_.emplace(next_request_, std::make_pair(peer, std::move(state)));
+  static constexpr std::size_t kNotASend = ~std::size_t{0};
+  struct Outstanding {
+    int peer;
+    std::shared_ptr<InMemoryNetwork::RequestState> state;
+    std::size_t send_position;  // in sends_in_order_, or kNotASend
+  };
+
+  Request track(int peer, std::shared_ptr<InMemoryNetwork::RequestState> state,
+                std::size_t send_position) {
+    outstanding_.emplace(next_request_, Outstanding{peer, std::move(state), send_position});
     return next_request_++;
   }
 
@@ -114,9 +125,10 @@ class InMemoryTransport final : public PeerTransport {
   std::chrono::steady_clock::time_point deadline_;
   std::vector<std::pair<const char*, std::size_t>> exposed_;
   std::vector<char> scratch_;
-  std::map<Request, std::pair<int, std::shared_ptr<InMemoryNetwork::RequestState>>> outstanding_;
-  // This op's sends, in the order they were posted.
+  std::map<Request, Outstanding> outstanding_;
+  // This op's sends, in the order they were posted, and how many of the first are done.
   std::vector<std::shared_ptr<InMemoryNetwork::RequestState>> sends_in_order_;
+  std::size_t sends_done_ = 0;
   Request next_request_ = 0;
 };
 

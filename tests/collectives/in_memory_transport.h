@@ -2,10 +2,11 @@
 // PeerTransport in one process, for checking the collective algorithms without a fabric. Ranks
 // are threads. Matching is rendezvous: a send completes only when the receive is posted, and
 // the payload is copied from the sender's memory at that moment, as libfabric's shm provider
-// does with CMA. So an algorithm that reuses a buffer before its send completes, or that only
-// works when sends complete eagerly, fails here too. As on shm, a rank learns of its sends'
-// completions only in the order it posted them: an algorithm that waits on a send while an
-// earlier one still waits for a receive the peer posts later deadlocks here too. Sends and receives
+// does with CMA. So an algorithm that reuses a buffer before the peer's matching receive is
+// posted, or that only works when sends complete eagerly, fails here too. A rank learns of its
+// sends' completions only in the order it posted them, as of shm's CMA sends (stricter than shm,
+// whose injects complete at once): an algorithm that waits on a send while an earlier one still
+// waits for a receive the peer posts later deadlocks here too. Sends and receives
 // must use memory the algorithm exposed or took from scratch, as registration on EFA requires; only
 // sends of at most eager_message_bytes() may use any memory, as shm's injects can.
 #include <chrono>

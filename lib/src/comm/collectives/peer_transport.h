@@ -37,7 +37,10 @@ class PeerTransport {
   virtual void* scratch(std::size_t bytes) = 0;
 
   // Posts a message; `data` lies in exposed or scratch memory (or bytes == 0, or bytes is at
-  // most eager_message_bytes()). The memory must not change until the request completes.
+  // most eager_message_bytes()). The memory must not change until the request completes, or
+  // until the peer's matching receive has completed: a transport never reads a send's memory
+  // after that, even where it reports the send's completion later (shm reports them in posting
+  // order). The ring relies on this.
   virtual Request send(int peer, std::uint32_t index, const void* data, std::size_t bytes) = 0;
   // Posts a receive of exactly `bytes`: a message of another length fails the op.
   virtual Request recv(int peer, std::uint32_t index, void* data, std::size_t bytes) = 0;
