@@ -321,6 +321,7 @@ collectives::PeerTransport::Request FabricTransport::acquire(SlotKind kind, int 
     request = free_slots_.back();
     free_slots_.pop_back();
   }
+  op_requests_.push_back(request);
   // Every field but the context, which the provider owns while the request is posted.
   Slot& s = slots_[request];
   s.kind = kind;
@@ -374,12 +375,13 @@ void FabricTransport::begin_op(const CollectiveSignature& signature) {
 }
 
 void FabricTransport::end_op() {
-  for (std::size_t i = 0; i < slots_.size(); ++i) {
-    const SlotKind kind = slots_[i].kind;
-    if (kind == SlotKind::kSend || kind == SlotKind::kRecv) {
-      wait(static_cast<Request>(i));
-    }
+  // Only this op's requests: slots_ keeps as many as the largest op ever needed. A slot released
+  // and taken again within the op is listed twice; the second visit finds it free.
+  for (Request request : op_requests_) {
+    const SlotKind kind = slots_[request].kind;
+    if (kind == SlotKind::kSend || kind == SlotKind::kRecv) wait(request);
   }
+  op_requests_.clear();
   for (int peer : touched_peers_) peer_states_[peer] = PeerOpState{};
   touched_peers_.clear();
   op_registrations_.clear();

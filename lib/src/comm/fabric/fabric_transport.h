@@ -173,6 +173,7 @@ class FabricTransport final : public collectives::PeerTransport {
   std::uint64_t op_digest_ = 0;
 
   std::deque<Slot> slots_;  // stable addresses: libfabric holds pointers to their contexts
+  std::vector<Request> op_requests_;  // taken since the op began (end_op waits for them)
   std::unique_ptr<std::deque<Slot>> leaked_slots_;
   std::vector<Request> free_slots_;
   std::vector<std::unique_ptr<Slot>> control_slots_;  // abort-notice receives
