@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <regex>
 #include <string>
@@ -284,7 +285,13 @@ int main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--rewrite-buffer") == 0) {
       ddp::bench::between_ops.rewrite_buffer = true;
     } else if (std::strncmp(argv[i], "--evict-bytes=", 14) == 0) {
-      ddp::bench::between_ops.evict_bytes = std::strtoull(argv[i] + 14, nullptr, 10);
+      const long long bytes = std::atoll(argv[i] + 14);
+      if (bytes < 0 || bytes > (1ll << 34)) {
+        std::fprintf(stderr, "allreduce_bench: --evict-bytes takes 0 to 16 GiB, got %s\n",
+                     argv[i] + 14);
+        return 2;
+      }
+      ddp::bench::between_ops.evict_bytes = static_cast<std::size_t>(bytes);
     } else if (std::strncmp(argv[i], "--idle-us=", 10) == 0) {
       ddp::bench::between_ops.idle_us = std::max(0, std::atoi(argv[i] + 10));
     } else if (std::strncmp(argv[i], "--interleave=", 13) == 0) {
@@ -302,8 +309,11 @@ int main(int argc, char** argv) {
   int nargs = static_cast<int>(args.size());
   // Measured before any thread exists, so the forked ranks share it.
   auto probe = ddp::bench::PlacementProbe::create();
-  auto barrier = ddp::bench::SharedBarrier::create(world);
-  if (ddp::bench::between_ops.cold()) ddp::bench::cold_start = &barrier;
+  std::optional<ddp::bench::SharedBarrier> barrier;
+  if (ddp::bench::between_ops.cold()) {
+    barrier = ddp::bench::SharedBarrier::create(world);
+    ddp::bench::cold_start = &*barrier;
+  }
   auto server = ddp::Store::host(0, std::chrono::minutes(5));
   const int port = server->port();
   std::vector<pid_t> children;

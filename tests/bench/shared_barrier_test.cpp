@@ -4,8 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <random>
 #include <thread>
 #include <vector>
@@ -52,13 +54,13 @@ TEST(SharedBarrier, NoRankLeavesBeforeTheLastArrived) {
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      alarm(60);  // a barrier that never opens ends the child, not the test run
+      alarm(60);  // a barrier that never opens ends every rank within a minute
       run_rank(barrier, times, rank);
       _exit(0);
     }
     children.push_back(pid);
   }
-  alarm(60);
+  alarm(60);  // this process too: the test fails (SIGALRM) instead of hanging ctest
   run_rank(barrier, times, 0);
   alarm(0);
   for (pid_t pid : children) {
