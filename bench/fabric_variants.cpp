@@ -58,6 +58,9 @@ std::vector<VariantFactory> fabric_variants(int world_size) {
                                    with(env, {{"DDP_FABRIC_ALGORITHM", "ring"}})));
     variants.push_back(ddp_variant(prefix + "doubling_always", "fabric",
                                    with(env, {{"DDP_FABRIC_ALGORITHM", "recursive_doubling"}})));
+    // The ring taking its chunks step by step instead of in a wavefront.
+    variants.push_back(ddp_variant(prefix + "step_order", "fabric",
+                                   with(env, {{"DDP_FABRIC_RING_ORDER", "step"}})));
     // The ring as EFA pipelines it (the defaults before shm and tcp got their own).
     variants.push_back(ddp_variant(
         prefix + "efa_pipeline", "fabric",

@@ -34,6 +34,7 @@ TEST(AlgorithmConfig, TheEnvironmentOverridesTheProvidersDefaults) {
   ScopedEnv algorithm("DDP_FABRIC_ALGORITHM", nullptr);
   ScopedEnv chunk("DDP_FABRIC_CHUNK_BYTES", nullptr);
   ScopedEnv depth("DDP_FABRIC_PIPELINE_DEPTH", nullptr);
+  ScopedEnv order("DDP_FABRIC_RING_ORDER", nullptr);
   const auto config = AlgorithmConfig::from_env(AlgorithmConfig::for_provider("tcp;ofi_rxm"));
   EXPECT_EQ(config.ring_threshold_bytes, 131072u);
 }
@@ -60,10 +61,31 @@ TEST(AlgorithmConfig, PlanFingerprintFollowsTheSettingsThatShapeMessages) {
   AlgorithmConfig d = a;
   d.min_chunk_bytes = 4096;
   EXPECT_NE(a.fingerprint(), d.fingerprint());
+  AlgorithmConfig e = a;
+  e.ring_order = RingOrder::kStep;  // ranks taking chunks in different orders can deadlock
+  EXPECT_NE(a.fingerprint(), e.fingerprint());
+}
+
+TEST(AlgorithmConfig, TheRingOrderIsAWavefrontUnlessTheEnvironmentAsksForSteps) {
+  {
+    ScopedEnv order("DDP_FABRIC_RING_ORDER", nullptr);
+    for (const char* provider : {"shm", "tcp;ofi_rxm", "efa"}) {
+      EXPECT_EQ(AlgorithmConfig::from_env(AlgorithmConfig::for_provider(provider)).ring_order,
+                RingOrder::kWavefront)
+          << provider;
+    }
+  }
+  ScopedEnv order("DDP_FABRIC_RING_ORDER", "step");
+  EXPECT_EQ(AlgorithmConfig::from_env(AlgorithmConfig::for_provider("shm")).ring_order,
+            RingOrder::kStep);
 }
 
 TEST(AlgorithmConfig, AMalformedSettingIsAConfigError) {
-  ScopedEnv algorithm("DDP_FABRIC_ALGORITHM", "halving");
+  {
+    ScopedEnv algorithm("DDP_FABRIC_ALGORITHM", "halving");
+    EXPECT_THROW(AlgorithmConfig::from_env(AlgorithmConfig{}), ConfigError);
+  }
+  ScopedEnv order("DDP_FABRIC_RING_ORDER", "diagonal");
   EXPECT_THROW(AlgorithmConfig::from_env(AlgorithmConfig{}), ConfigError);
 }
 

@@ -94,11 +94,10 @@ std::vector<NamedConfig> configs() {
   AlgorithmConfig ring_split = ring_deep;  // as the gloo backend cuts mid-sized blocks
   ring_split.chunk_bytes = 1024;
   ring_split.min_chunk_bytes = 24;
-  return {{"auto", AlgorithmConfig{}},
-          {"doubling", doubling},
-          {"ring_fine", ring_fine},
-          {"ring_deep", ring_deep},
-          {"ring_split", ring_split}};
+  AlgorithmConfig ring_steps = ring_deep;  // DDP_FABRIC_RING_ORDER=step
+  ring_steps.ring_order = RingOrder::kStep;
+  return {{"auto", AlgorithmConfig{}}, {"doubling", doubling},     {"ring_fine", ring_fine},
+          {"ring_deep", ring_deep},    {"ring_split", ring_split}, {"ring_steps", ring_steps}};
 }
 
 const std::vector<std::size_t> kCounts{0, 1, 2, 7, 33, 257, 4099};
@@ -377,6 +376,15 @@ TEST(RingOrder, EveryChunkTakesItsStepsInTurnAndSoonAfterEachOther) {
         }
       }
     }
+  }
+}
+
+TEST(RingOrder, StepOrderTakesEveryChunkOfAStepBeforeTheNextStep) {
+  const auto order = step_order(3, 4);
+  ASSERT_EQ(order.size(), 12u);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    EXPECT_EQ(order[i].step, static_cast<int>(i / 4));
+    EXPECT_EQ(order[i].chunk, i % 4);
   }
 }
 

@@ -22,8 +22,9 @@ const char* to_string(AllreduceAlgorithm algorithm) {
 
 std::uint64_t AlgorithmConfig::fingerprint() const {
   std::uint64_t hash = static_cast<std::uint64_t>(allreduce);
-  for (std::uint64_t value : {std::uint64_t{ring_threshold_bytes}, std::uint64_t{chunk_bytes},
-                              std::uint64_t{min_chunk_bytes}}) {
+  for (std::uint64_t value :
+       {std::uint64_t{ring_threshold_bytes}, std::uint64_t{chunk_bytes},
+        std::uint64_t{min_chunk_bytes}, static_cast<std::uint64_t>(ring_order)}) {
     hash = (hash ^ value) * 0x100000001b3ULL;
   }
   return hash;
@@ -75,6 +76,16 @@ AlgorithmConfig AlgorithmConfig::from_env(AlgorithmConfig defaults) {
     } else {
       throw ConfigError("DDP_FABRIC_ALGORITHM='" + *name +
                         "' is not known; use auto, ring or recursive_doubling");
+    }
+  }
+  if (auto order = env::get("DDP_FABRIC_RING_ORDER")) {
+    if (*order == "wavefront") {
+      config.ring_order = RingOrder::kWavefront;
+    } else if (*order == "step") {
+      config.ring_order = RingOrder::kStep;
+    } else {
+      throw ConfigError("DDP_FABRIC_RING_ORDER='" + *order +
+                        "' is not known; use wavefront or step");
     }
   }
   constexpr long kGiB = 1L << 30;

@@ -10,6 +10,9 @@ namespace ddp::detail::collectives {
 
 enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling };
 
+// The order in which the ring takes its incoming chunks (ring.h, wavefront_order).
+enum class RingOrder { kWavefront, kStep };
+
 const char* to_string(AllreduceAlgorithm algorithm);
 
 struct AlgorithmConfig {
@@ -26,6 +29,11 @@ struct AlgorithmConfig {
   static constexpr std::size_t kMinChunksPerBlock = 4;
   // DDP_FABRIC_PIPELINE_DEPTH: receives kept posted at once, the one being waited for included.
   int pipeline_depth = 4;
+  // DDP_FABRIC_RING_ORDER=wavefront|step. The wavefront sends a reduced chunk on while it is
+  // still in the reducing core's caches: faster wherever the next reader shares those caches or
+  // is the same core (the kernel's copy over TCP, a NIC's DMA), slower on shm between cores that
+  // share no cache (see README "Measurements"). Ranks must agree: mixed orders can deadlock.
+  RingOrder ring_order = RingOrder::kWavefront;
 
   // A hash of the settings that shape messages; ranks must agree on it (it travels in the op
   // header).

@@ -27,6 +27,15 @@ std::vector<Segment> wavefront_order(int steps, std::size_t chunks) {
   return order;
 }
 
+std::vector<Segment> step_order(int steps, std::size_t chunks) {
+  std::vector<Segment> order;
+  order.reserve(static_cast<std::size_t>(steps) * chunks);
+  for (int step = 0; step < steps; ++step) {
+    for (std::size_t c = 0; c < chunks; ++c) order.push_back({step, c});
+  }
+  return order;
+}
+
 std::size_t RingLayout::slot_bytes(const AlgorithmConfig& config) const {
   return static_cast<std::size_t>(config.pipeline_depth) * max_chunk_bytes;
 }
@@ -89,7 +98,9 @@ void run_ring(PeerTransport& transport, Buffer buffer, RingPhases phases,
     transport.send(right, message_index(step, c), span.data, span.bytes);
   };
 
-  const std::vector<Segment> order = wavefront_order(last - first, chunks);
+  const std::vector<Segment> order = config.ring_order == RingOrder::kWavefront
+                                         ? wavefront_order(last - first, chunks)
+                                         : step_order(last - first, chunks);
   const std::size_t segments = order.size();
   std::vector<PeerTransport::Request> receives(depth, kNoRequest);
   auto slot = [&](std::size_t segment) {

@@ -33,11 +33,12 @@ struct Segment {
   std::size_t chunk;
 };
 
-// The order in which every rank takes its incoming chunks: a wavefront, chunk c at step s right
-// after chunk c+1 at step s-1. In step order a rank would reduce its whole block before its peer
-// read any of it back in the allgather, by then (from a few MiB) out of the caches; in this
-// order a reduced chunk leaves again while it is still in them.
+// The orders in which a rank may take its incoming chunks (every rank the same one). In step
+// order a rank reduces its whole block before its peer reads any of it back in the allgather, by
+// then (from a few MiB) out of the caches. In a wavefront, chunk c at step s comes right after
+// chunk c+1 at step s-1, so a reduced chunk leaves again while it is still in them.
 std::vector<Segment> wavefront_order(int steps, std::size_t chunks);
+std::vector<Segment> step_order(int steps, std::size_t chunks);
 
 // Runs the phases on `buffer` (exposed by the caller) within the current op. `slots` is at least
 // layout.slot_bytes(config) of transport memory when reduce-scatter runs. `reduction` combines

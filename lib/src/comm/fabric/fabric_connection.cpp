@@ -155,7 +155,10 @@ OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, i
       bytes_text(info->tx_attr->inject_size) + ", max message " +
       bytes_text(info->ep_attr->max_msg_size) + ", ring from " +
       bytes_text(config.ring_threshold_bytes) + " in " + bytes_text(config.chunk_bytes) +
-      " chunks, " + std::to_string(config.pipeline_depth) + " receives posted at once";
+      " chunks taken " +
+      (config.ring_order == collectives::RingOrder::kWavefront ? "in a wavefront"
+                                                               : "step by step") +
+      ", " + std::to_string(config.pipeline_depth) + " receives posted at once";
   if (rank == 0) {
     log::info("fabric: {}", description);
   } else {
