@@ -30,9 +30,9 @@ struct AlgorithmConfig {
   // DDP_FABRIC_PIPELINE_DEPTH: receives kept posted at once, the one being waited for included.
   int pipeline_depth = 4;
   // DDP_FABRIC_RING_ORDER=wavefront|step. The wavefront sends a reduced chunk on while it is
-  // still in the reducing core's caches: faster wherever the next reader shares those caches or
-  // is the same core (the kernel's copy over TCP, a NIC's DMA), slower on shm between cores that
-  // share no cache (see README "Measurements"). Ranks must agree: mixed orders can deadlock.
+  // still in the reducing core's caches: faster where the next reader is that core (the kernel's
+  // copy over TCP) or shares its caches; on shm it measured slower in most runs of this VM's
+  // other core placement (README "Measurements"). Ranks must agree: mixed orders can deadlock.
   RingOrder ring_order = RingOrder::kWavefront;
 
   // A hash of the settings that shape messages; ranks must agree on it (it travels in the op
