@@ -657,5 +657,33 @@ TEST(FabricQueues, AReceiveQueueTooSmallFailsConstructionNamingTheVariable) {
   }
 }
 
+TEST(FabricQueues, ARingWithMoreChunksThanTheSendQueueHoldsCompletes) {
+  // 64 chunks per block on 2 ranks against a send queue 16 deep, in chunks above what the
+  // provider sends without the receiver (shm's 4 KiB injects, rxm's 64 KiB eager messages): a
+  // ring that posts all of a step's chunks before its first receive fills the queue on both
+  // ranks with sends neither can take, as a large enough buffer would at the default depth.
+  struct Case {
+    const char* provider;
+    const char* variable;
+    const char* chunk_bytes;
+  };
+  for (const Case c : {Case{"shm", "FI_SHM_TX_SIZE", "8192"},
+                       Case{"tcp;ofi_rxm", "FI_OFI_RXM_TX_SIZE", "131072"}}) {
+    SCOPED_TRACE(c.provider);
+    ScopedEnv provider("DDP_FABRIC_PROVIDER", c.provider);
+    ScopedEnv depth(c.variable, "16");
+    ScopedEnv algorithm("DDP_FABRIC_ALGORITHM", "ring");
+    ScopedEnv chunk("DDP_FABRIC_CHUNK_BYTES", c.chunk_bytes);
+    const std::size_t count = 2 * 64 * static_cast<std::size_t>(std::stoi(c.chunk_bytes)) / 4;
+    auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
+      auto comm = create_communicator("fabric", store, rank, 2, with_timeout(10s));
+      std::vector<float> data(count, static_cast<float>(rank + 1));
+      comm->allreduce(Buffer(data.data(), data.size(), DataType::kFloat32), ReduceOp::kSum);
+      for (float v : data) require(v == 3.0f, "wrong sum " + std::to_string(v));
+    });
+    EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+  }
+}
+
 }  // namespace
 }  // namespace ddp::detail::fabric

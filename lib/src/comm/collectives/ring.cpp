@@ -9,6 +9,8 @@ namespace ddp::detail::collectives {
 namespace {
 
 constexpr PeerTransport::Request kNoRequest = ~PeerTransport::Request{0};
+// How far ahead of its own position (in segments) a rank posts the first step's sends.
+constexpr std::size_t kFirstStepSendsAhead = 8;
 
 int wrap(int value, int n) { return ((value % n) + n) % n; }
 
@@ -115,9 +117,20 @@ void run_ring(PeerTransport& transport, Buffer buffer, RingPhases phases,
         transport.recv(left, message_index(step, c), target.data, target.bytes);
   };
 
-  for (std::size_t c = 0; c < chunks; ++c) post_send(first, c);
+  // The first step's sends go out a few segments ahead of this rank's own position, not all at
+  // once: a provider's send queue is finite (shm and rxm hold a large send until the receiver
+  // takes it), and two ranks whose queues were full of sends the other had not yet reached would
+  // never reach them. The neighbour takes chunk c of the first step at the position where this
+  // rank posts it plus the lead, so no rank ever waits on a send not yet posted.
+  std::size_t scanned = 0;
+  auto post_first_step_sends_until = [&](std::size_t end) {
+    for (; scanned < std::min(end, segments); ++scanned) {
+      if (order[scanned].step == 0) post_send(first, order[scanned].chunk);
+    }
+  };
   std::size_t posted = 0;
   for (std::size_t segment = 0; segment < segments; ++segment) {
+    post_first_step_sends_until(segment + kFirstStepSendsAhead);
     while (posted < segments && posted < segment + depth) post_recv(posted++);
     transport.wait(receives[segment % depth]);
     const int step = first + order[segment].step;
