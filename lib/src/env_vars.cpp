@@ -41,6 +41,16 @@ bool parse_bool(const std::string& what, const std::string& text) {
                     "' is not a boolean; use 1/0, true/false, yes/no or on/off");
 }
 
+void unknown_choice(const char* name, const std::string& value,
+                    const std::vector<std::string>& spellings) {
+  std::string accepted;
+  for (std::size_t i = 0; i < spellings.size(); ++i) {
+    if (i > 0) accepted += i + 1 == spellings.size() ? " or " : ", ";
+    accepted += spellings[i];
+  }
+  throw ConfigError(std::string(name) + "='" + value + "' is not known; use " + accepted);
+}
+
 std::optional<long> get_int(const char* name, long min_value, long max_value) {
   auto text = get(name);
   if (!text) return std::nullopt;

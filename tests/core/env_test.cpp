@@ -141,6 +141,23 @@ TEST(EnvVars, IntegersRejectTrailingJunkAndOverflow) {
   EXPECT_THROW(env::parse_int("X", "-1", 0, 100), ConfigError);
 }
 
+TEST(EnvVars, AChoiceIsOneOfItsSpellingsOrAnErrorListingThem) {
+  enum class Fruit { kApple, kPear, kPlum };
+  const auto read = [] {
+    return env::get_choice<Fruit>(
+        "DDP_TEST_VALUE",
+        {{"apple", Fruit::kApple}, {"pear", Fruit::kPear}, {"plum", Fruit::kPlum}});
+  };
+  ScopedEnv env;
+  env.set("DDP_TEST_VALUE", "");
+  EXPECT_FALSE(read().has_value());
+  env.set("DDP_TEST_VALUE", "pear");
+  EXPECT_EQ(read(), Fruit::kPear);
+  env.set("DDP_TEST_VALUE", "Pear");
+  EXPECT_EQ(config_error_of([&] { read(); }),
+            "DDP_TEST_VALUE='Pear' is not known; use apple, pear or plum");
+}
+
 TEST(EnvVars, EmptyCountsAsUnset) {
   ScopedEnv env;
   env.set("DDP_TEST_VALUE", "");

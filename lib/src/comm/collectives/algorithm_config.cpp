@@ -4,7 +4,6 @@
 #include <string>
 
 #include "ddp/env_vars.h"
-#include "ddp/error.h"
 
 namespace ddp::detail::collectives {
 
@@ -66,27 +65,17 @@ AlgorithmConfig AlgorithmConfig::for_provider(const std::string& provider) {
 
 AlgorithmConfig AlgorithmConfig::from_env(AlgorithmConfig defaults) {
   AlgorithmConfig config = defaults;
-  if (auto name = env::get("DDP_FABRIC_ALGORITHM")) {
-    if (*name == "auto") {
-      config.allreduce = AllreduceAlgorithm::kAuto;
-    } else if (*name == "ring") {
-      config.allreduce = AllreduceAlgorithm::kRing;
-    } else if (*name == "recursive_doubling") {
-      config.allreduce = AllreduceAlgorithm::kRecursiveDoubling;
-    } else {
-      throw ConfigError("DDP_FABRIC_ALGORITHM='" + *name +
-                        "' is not known; use auto, ring or recursive_doubling");
-    }
+  if (auto algorithm = env::get_choice<AllreduceAlgorithm>(
+          "DDP_FABRIC_ALGORITHM",
+          {{"auto", AllreduceAlgorithm::kAuto},
+           {"ring", AllreduceAlgorithm::kRing},
+           {"recursive_doubling", AllreduceAlgorithm::kRecursiveDoubling}})) {
+    config.allreduce = *algorithm;
   }
-  if (auto order = env::get("DDP_FABRIC_RING_ORDER")) {
-    if (*order == "wavefront") {
-      config.ring_order = RingOrder::kWavefront;
-    } else if (*order == "step") {
-      config.ring_order = RingOrder::kStep;
-    } else {
-      throw ConfigError("DDP_FABRIC_RING_ORDER='" + *order +
-                        "' is not known; use wavefront or step");
-    }
+  if (auto order = env::get_choice<RingOrder>(
+          "DDP_FABRIC_RING_ORDER",
+          {{"wavefront", RingOrder::kWavefront}, {"step", RingOrder::kStep}})) {
+    config.ring_order = *order;
   }
   constexpr long kGiB = 1L << 30;
   if (auto v = env::get_int("DDP_FABRIC_RING_THRESHOLD", 0, kGiB)) {

@@ -113,14 +113,13 @@ std::shared_ptr<gloo::rendezvous::Context> connect_mesh(
 }  // namespace
 
 GlooAllreduceAlgorithm gloo_algorithm_from_env() {
-  const std::string name = env::get("DDP_GLOO_ALGORITHM").value_or("auto");
-  if (name == "auto") return GlooAllreduceAlgorithm::kAuto;
-  if (name == "direct") return GlooAllreduceAlgorithm::kDirect;
-  if (name == "ring") return GlooAllreduceAlgorithm::kRing;
-  if (name == "gloo_ring") return GlooAllreduceAlgorithm::kGlooRing;
-  if (name == "bcube") return GlooAllreduceAlgorithm::kBcube;
-  throw ConfigError("DDP_GLOO_ALGORITHM='" + name +
-                    "' is not known; use auto, direct, ring, gloo_ring or bcube");
+  return env::get_choice<GlooAllreduceAlgorithm>("DDP_GLOO_ALGORITHM",
+                                                 {{"auto", GlooAllreduceAlgorithm::kAuto},
+                                                  {"direct", GlooAllreduceAlgorithm::kDirect},
+                                                  {"ring", GlooAllreduceAlgorithm::kRing},
+                                                  {"gloo_ring", GlooAllreduceAlgorithm::kGlooRing},
+                                                  {"bcube", GlooAllreduceAlgorithm::kBcube}})
+      .value_or(GlooAllreduceAlgorithm::kAuto);
 }
 
 const char* to_string(GlooAllreduceAlgorithm algorithm) {
