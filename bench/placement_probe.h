@@ -2,11 +2,10 @@
 // Tells which of its two host placements this VM's cores are in: the round trip of a cache
 // line between two processes is ~0.8 us in one and ~3 us in the other, and every on-host
 // communication figure moves with it. Benchmarks print it so runs can be compared honestly.
-#include <sys/mman.h>
-
 #include <atomic>
 #include <chrono>
-#include <stdexcept>
+
+#include "shared_atomic.h"
 
 namespace ddp::bench {
 
@@ -14,10 +13,7 @@ class PlacementProbe {
  public:
   // Call before fork(): the flag lives in memory shared with the children.
   static PlacementProbe create() {
-    void* p = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::runtime_error("placement probe: mmap failed");
-    return PlacementProbe(new (p) std::atomic<int>(0));
+    return PlacementProbe(new_shared_atomic<int>(0, "placement probe"));
   }
 
   // In the child: answer every ping until the parent says stop (-1).

@@ -4,15 +4,14 @@
 // cold (allreduce_bench --evict-bytes, --idle-us) finds that code as cold as it was left, and no
 // rank's op absorbs another rank's late start.
 #include <sched.h>
-#include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <new>
-#include <stdexcept>
+
+#include "shared_atomic.h"
 
 namespace ddp::bench {
 
@@ -20,10 +19,7 @@ class SharedBarrier {
  public:
   // Call before fork(): the counter lives in memory shared with the children.
   static SharedBarrier create(int ranks) {
-    void* p = mmap(nullptr, sizeof(std::atomic<std::uint64_t>), PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::runtime_error("shared barrier: mmap failed");
-    return SharedBarrier(new (p) std::atomic<std::uint64_t>(0), ranks);
+    return SharedBarrier(new_shared_atomic<std::uint64_t>(0, "shared barrier"), ranks);
   }
 
   // Every rank calls it the same number of times; each call returns once all ranks made it.
