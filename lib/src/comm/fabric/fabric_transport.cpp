@@ -56,7 +56,8 @@ constexpr std::size_t kNoticeSequenceBytes = sizeof(std::uint32_t);
 
 // What to add to a failed post's error when the provider's queue was full (ENOMEM, or EAGAIN
 // that nothing cleared): its size and the variable that sets it. Ops keep a standing receive per
-// peer plus up to 32 pieces in flight, which the defaults (1024 and more) hold with room to spare.
+// peer plus a few dozen messages in flight (up to 32 eager pieces; the ring's receives posted
+// ahead and sends 8 segments ahead), which the defaults (1024 and more) hold with room to spare.
 std::string queue_full_hint(const fi_info& info, ssize_t rc, bool receive) {
   if (rc != -FI_ENOMEM && rc != -FI_EAGAIN) return "";
   // In "tcp;ofi_rxm" the queue that refused is the top layer's.
