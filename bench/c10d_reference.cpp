@@ -1,12 +1,28 @@
 // Reference line: libtorch's c10d::ProcessGroupGloo, the backend PyTorch DDP uses on CPU.
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "allreduce_variants.h"
-#include "ddp/store_c10d.h"
+#include "ddp/store.h"
 
 namespace ddp::bench {
 namespace {
+
+// libtorch's own c10d client on the same store (ddp's server speaks its 1.13 protocol), under
+// the same prefix.
+c10::intrusive_ptr<c10d::Store> to_c10d(const Store& store) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(store.port());
+  opts.isServer = false;
+  opts.waitWorkers = false;
+  opts.timeout = store.timeout();
+  c10::intrusive_ptr<c10d::Store> base =
+      c10::make_intrusive<c10d::TCPStore>(store.endpoint_host(), opts);
+  if (store.prefix().empty()) return base;
+  return c10::make_intrusive<c10d::PrefixStore>(store.prefix(), base);
+}
 
 class C10dAllreduce final : public AllreduceVariant {
  public:

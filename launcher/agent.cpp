@@ -14,7 +14,7 @@
 #include "ddp/log.h"
 #include "failure_report.h"
 #include "rendezvous.h"
-#include "rendezvous_module.h"
+#include "store_rendezvous.h"
 #include "supervisor.h"
 #include "worker_process.h"
 
@@ -75,7 +75,6 @@ void print_summary(const FailureReport& root, const std::string& error_file) {
 
 int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& env,
               SignalInbox& inbox) {
-  RendezvousModule module;  // first: loading libtorch's c10d takes a while, it runs meanwhile
   // Orphans of the workers (daemonized grandchildren) become ours to reap, not init's.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   LaunchConfig effective = config;
@@ -108,8 +107,7 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
       supervisor.start(NodeAssignment{0, 0, 1, 0, config.nproc_per_node}, effective.store_host,
                        effective.store_port);
     }
-    auto rendezvous_owner = module.create(effective, host, poll_interrupt);
-    Rendezvous& rendezvous = *rendezvous_owner;
+    StoreRendezvous rendezvous(effective, host, poll_interrupt);
     for (;;) {
       const NodeAssignment node = rendezvous.join();
       ddp::log::info("round {}: node {} of {}, ranks {}..{} of {}", node.round, node.group_rank,

@@ -1,8 +1,11 @@
 #include "launch_config.h"
 
+#include <cctype>
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "ddp/env_vars.h"
@@ -168,10 +171,29 @@ void parse_rdzv_conf(const Sourced<std::string>& v, LaunchConfig& c) {
       c.rdzv.exit_barrier_timeout = to_seconds(what, value, 0, 24 * 3600);
     } else if (key == "is_host") {
       c.rdzv.is_host = ddp::env::parse_bool(what, value);
+    } else if (key == "token_file") {
+      c.rdzv.token_file = value;
     } else {
       c.notices.push_back(v.source + ": ignoring rendezvous option '" + key + "'");
     }
   }
+}
+
+// The token file's content less trailing whitespace (a Secret's value often ends in a newline).
+std::string read_join_token(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in && !in.eof()) {
+    throw ConfigError("cannot read the join token file '" + path +
+                      "'; mount the job's token Secret there or fix --rdzv-conf token_file");
+  }
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  if (token.empty()) {
+    throw ConfigError("the join token file '" + path +
+                      "' is empty or missing; mount the job's token Secret there or fix "
+                      "--rdzv-conf token_file");
+  }
+  return token;
 }
 
 struct SignalName {
@@ -381,6 +403,10 @@ LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
     c.run_id = id->value;
   }
   if (auto conf = pick(cli, env, "rdzv-conf")) parse_rdzv_conf(*conf, c);
+  if (c.rdzv.token_file.empty()) {
+    if (auto it = env.find("DDPRUN_RDZV_TOKEN_FILE"); it != env.end()) c.rdzv.token_file = it->second;
+  }
+  if (!c.rdzv.token_file.empty()) c.rdzv.join_token = read_join_token(c.rdzv.token_file);
   if (auto v = pick(cli, env, "max-restarts")) c.max_restarts = to_int(*v, 0, 1 << 20);
   if (auto v = pick(cli, env, "monitor-interval")) {
     c.monitor_interval = to_seconds(v->source, v->value, 0.001, 3600);

@@ -33,6 +33,10 @@ struct RendezvousSettings {
   std::chrono::milliseconds read_timeout = std::chrono::seconds(60);
   std::chrono::milliseconds exit_barrier_timeout = std::chrono::seconds(300);
   std::optional<bool> is_host;  // c10d: force hosting (true) or joining (false) the store
+  // The job's join token (from token_file= or DDPRUN_RDZV_TOKEN_FILE): agents present it, the
+  // store admits other hosts only once they did. Empty: no check. Never logged.
+  std::string token_file;
+  std::string join_token;
 };
 
 struct LaunchConfig {

@@ -98,7 +98,8 @@ StoreRendezvous::StoreRendezvous(const LaunchConfig& config, const HostFacts& ho
   }
   if (host_it) {
     try {
-      server_ = ddp::Store::host(config.store_port, config.rdzv.read_timeout);
+      server_ =
+          ddp::Store::host(config.store_port, config.rdzv.read_timeout, config.rdzv.join_token);
       hosts_store_ = true;
       store_port_ = server_->port();
       store_ = server_->with_prefix("ddprun/" + config.run_id);
@@ -129,10 +130,13 @@ void StoreRendezvous::connect_with_retry(Clock::time_point deadline) {
       try {
         const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
         auto client = ddp::Store::connect(store_host_, store_port_,
-                                          std::max(left, config_.rdzv.read_timeout));
+                                          std::max(left, config_.rdzv.read_timeout),
+                                          {config_.rdzv.join_token, ddp::StoreProtocol::kModern});
         store_ = client->with_prefix("ddprun/" + config_.run_id);
         ddp::log::debug("connected to the rendezvous store at {}:{}", store_host_, store_port_);
         return;
+      } catch (const ddp::JoinRefusedError&) {
+        throw;  // retrying cannot help
       } catch (const ddp::StoreError& e) {
         why = e.what();
       }
@@ -380,9 +384,3 @@ void StoreRendezvous::linger_until_stopped(int round, int nodes) {
 }
 
 }  // namespace ddprun
-
-extern "C" ddprun::Rendezvous* ddprun_create_rendezvous(const ddprun::LaunchConfig& config,
-                                                        const ddprun::HostFacts& host,
-                                                        std::function<void()> poll_interrupt) {
-  return new ddprun::StoreRendezvous(config, host, std::move(poll_interrupt));
-}

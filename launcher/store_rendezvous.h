@@ -1,6 +1,5 @@
 #pragma once
-// The rendezvous on a c10d TCPStore (through ddp::Store). Built as a module that ddprun loads
-// at run time (rendezvous_module.h): it is the only part of ddprun that needs libtorch.
+// The rendezvous on the store (ddp::Store, served by ddp::StoreServer on the hosting agent).
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -57,8 +56,3 @@ class StoreRendezvous : public Rendezvous {
 };
 
 }  // namespace ddprun
-
-// The module's entry point, looked up with dlsym.
-extern "C" ddprun::Rendezvous* ddprun_create_rendezvous(const ddprun::LaunchConfig& config,
-                                                        const ddprun::HostFacts& host,
-                                                        std::function<void()> poll_interrupt);

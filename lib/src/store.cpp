@@ -1,104 +1,344 @@
 #include "ddp/store.h"
 
-#include <algorithm>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <random>
 
 #include "ddp/env.h"
+#include "ddp/env_vars.h"
 #include "ddp/error.h"
 #include "ddp/log.h"
-#include "ddp/store_c10d.h"
+#include "ddp/store_server.h"
 #include "net/tcp_probe.h"
+#include "store/wire.h"
 
 namespace ddp {
-
-struct Store::Impl {
-  c10::intrusive_ptr<c10d::TCPStore> tcp;
-  std::string host;
-};
-
 namespace {
 
-std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
-std::string from_bytes(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using store::Dialect;
+using store::Op;
 
-// c10d rounds its connect timeout down to whole seconds (0 s fails at once), so connecting
-// always gets at least one second; operations then use the caller's timeout.
-std::chrono::milliseconds connect_timeout(std::chrono::milliseconds t) {
-  return std::max<std::chrono::milliseconds>(t, std::chrono::seconds(1));
+// How long the protocol probe waits for a 2.1+ answer before it takes the server for 1.13: a
+// 1.13 server closes the connection at once, and any server answers a PING in microseconds.
+constexpr auto kProbeLimit = std::chrono::seconds(2);
+
+std::string seconds(milliseconds t) { return std::to_string(t.count() / 1000.0).substr(0, 6) + " s"; }
+
+enum class Got { kOk, kClosed, kTimeout };
+
+int millis_until(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 0, 60'000));
 }
 
-std::string seconds(std::chrono::milliseconds t) {
-  return std::to_string(t.count() / 1000.0).substr(0, 6) + " s";
+// Reads exactly n bytes by `deadline`. Throws on a socket error other than a reset.
+Got read_exact(int fd, char* out, std::size_t n, Clock::time_point deadline) {
+  std::size_t got = 0;
+  while (got < n) {
+    pollfd p{fd, POLLIN, 0};
+    const int ready = poll(&p, 1, millis_until(deadline));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      if (Clock::now() >= deadline) return Got::kTimeout;
+      continue;
+    }
+    const ssize_t r = recv(fd, out + got, n - got, 0);
+    if (r > 0) {
+      got += static_cast<std::size_t>(r);
+    } else if (r == 0 || errno == ECONNRESET) {
+      return Got::kClosed;
+    } else if (errno != EINTR && errno != EAGAIN) {
+      throw StoreError(std::string("receive failed: ") + std::strerror(errno));
+    }
+  }
+  return Got::kOk;
 }
 
-// c10d reports socket and timeout problems as c10::Error; callers want our one-line StoreError.
-template <typename Fn>
-auto translate(const std::string& what, Fn&& fn) -> decltype(fn()) {
-  try {
-    return fn();
-  } catch (const ddp::Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    std::string cause = e.what();
-    // c10::Error appends a C++ backtrace after the first line; keep the first line only.
-    if (auto nl = cause.find('\n'); nl != std::string::npos) cause.resize(nl);
-    throw StoreError("rendezvous store: " + what + " failed: " + cause);
+void write_all(int fd, const std::string& data, Clock::time_point deadline) {
+  std::size_t sent = 0;
+  while (sent < data.size()) {
+    const ssize_t w = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      sent += static_cast<std::size_t>(w);
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      if (poll(&p, 1, millis_until(deadline)) == 0 && Clock::now() >= deadline) {
+        throw StoreError("send timed out");
+      }
+      continue;
+    }
+    throw StoreError(std::string("send failed: ") + std::strerror(errno));
   }
 }
 
+// One TCP connection to host:port, or why not.
+int open_connection(const std::string& host, int port, Clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    throw StoreError("cannot resolve '" + host + "': " + gai_strerror(rc));
+  }
+  std::string why = "no address";
+  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    const int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      if (poll(&p, 1, std::max(1, millis_until(deadline))) == 1) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        rc = err == 0 ? 0 : -1;
+        errno = err;
+      } else {
+        errno = ETIMEDOUT;
+      }
+    }
+    if (rc == 0) {
+      freeaddrinfo(found);
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof(one));
+      return fd;
+    }
+    why = net::numeric_address(ai->ai_addr) + ":" + service + ": " + std::strerror(errno);
+    close(fd);
+  }
+  freeaddrinfo(found);
+  throw StoreError(why);
+}
+
+StoreProtocol protocol_from_env(StoreProtocol asked) {
+  if (asked != StoreProtocol::kAuto) return asked;
+  return env::get_choice<StoreProtocol>("DDP_STORE_PROTOCOL",
+                                        {{"auto", StoreProtocol::kAuto},
+                                         {"legacy", StoreProtocol::kLegacy},
+                                         {"modern", StoreProtocol::kModern}})
+      .value_or(StoreProtocol::kAuto);
+}
+
 }  // namespace
+
+const char* to_string(StoreProtocol protocol) {
+  switch (protocol) {
+    case StoreProtocol::kLegacy: return "legacy (1.13/2.0)";
+    case StoreProtocol::kModern: return "modern (2.1+)";
+    case StoreProtocol::kAuto: break;
+  }
+  return "auto";
+}
+
+struct Store::Impl {
+  std::string host;
+  int port = 0;
+  milliseconds timeout{};
+  StoreConnectOptions options;
+  std::unique_ptr<StoreServer> server;  // when this process hosts the store
+  std::mutex mu;
+  int fd = -1;
+  Dialect dialect = Dialect::kModern;
+  StoreProtocol wanted = StoreProtocol::kAuto;
+
+  ~Impl() { drop(); }
+
+  std::string where() const { return host + ":" + std::to_string(port); }
+
+  void drop() {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+
+  // Opens the connection and settles the protocol (first time: the probe) and the join token.
+  void open(Clock::time_point deadline) {
+    if (wanted == StoreProtocol::kAuto) {
+      dialect = probe(deadline);
+      wanted = dialect == Dialect::kModern ? StoreProtocol::kModern : StoreProtocol::kLegacy;
+      log::debug("rendezvous store at {} speaks the {} protocol", where(),
+                 to_string(wanted));
+    } else {
+      dialect = wanted == StoreProtocol::kModern ? Dialect::kModern : Dialect::kLegacy;
+      fd = open_connection(host, port, deadline);
+      if (dialect == Dialect::kModern) {
+        store::Writer w;
+        w.u8(0).value(store::kValidationMagic);
+        write_all(fd, w.data(), deadline);
+      }
+    }
+    if (options.join_token) present_token(deadline);
+  }
+
+  // VALIDATE + GETNUMKEYS + PING: a 2.1+ server answers the count, then the nonce (2.1 and 2.2
+  // know no PING and close the connection after the count). A 1.13/2.0 server reads the bytes
+  // after its query byte 0 (its SET) as a key length; the nonce's bit 15 makes that length at
+  // least 2^63, which it rejects at once without allocating, and it closes the connection.
+  Dialect probe(Clock::time_point deadline) {
+    fd = open_connection(host, port, deadline);
+    std::random_device rd;
+    const uint32_t nonce = (rd() & 0xFFFF7FFFU) | 0x8000U;
+    store::Writer w;
+    w.u8(0).value(store::kValidationMagic);
+    w.u8(*store::encode_op(Dialect::kModern, Op::kNumKeys));
+    w.u8(*store::encode_op(Dialect::kModern, Op::kPing)).value(nonce);
+    write_all(fd, w.data(), deadline);
+    const auto probe_deadline = std::min(deadline, Clock::now() + kProbeLimit);
+    char count[8];
+    const Got got = read_exact(fd, count, sizeof(count), probe_deadline);
+    if (got != Got::kOk) {
+      // 1.13/2.0: it closed the connection, or waits for more bytes of what it took for a SET.
+      drop();
+      fd = open_connection(host, port, deadline);
+      return Dialect::kLegacy;
+    }
+    uint32_t echo = 0;
+    const Got pong = read_exact(fd, reinterpret_cast<char*>(&echo), sizeof(echo), probe_deadline);
+    if (pong == Got::kOk && echo != nonce) {
+      drop();
+      throw StoreError("the server answered PING with a wrong nonce; is " + where() +
+                       " a c10d store?");
+    }
+    if (pong != Got::kOk) {  // a 2.1/2.2 server: no PING
+      drop();
+      fd = open_connection(host, port, deadline);
+      store::Writer v;
+      v.u8(0).value(store::kValidationMagic);
+      write_all(fd, v.data(), deadline);
+    }
+    return Dialect::kModern;
+  }
+
+  void present_token(Clock::time_point deadline) {
+    store::Writer w;
+    w.u8(*store::encode_op(dialect, Op::kCompareSet))
+        .bytes(StoreServer::kJoinKey)
+        .bytes(*options.join_token)
+        .bytes("");
+    write_all(fd, w.data(), deadline);
+    std::string answer = read_bytes(deadline);
+    if (answer == "ok") return;
+    drop();
+    if (answer == "open") {
+      if (options.join_token->empty()) return;
+      throw JoinRefusedError("the rendezvous store at " + where() +
+                             " checks no join token, but this agent was given one; give node 0 "
+                             "the same --rdzv-conf token_file");
+    }
+    if (answer.rfind("refused", 0) == 0) {
+      throw JoinRefusedError("the rendezvous store at " + where() + " " + answer);
+    }
+    throw StoreError("the server at " + where() +
+                     " does not check ddprun join tokens; is it another job's store?");
+  }
+
+  std::string read_bytes(Clock::time_point deadline) {
+    uint64_t n = 0;
+    expect(read_exact(fd, reinterpret_cast<char*>(&n), sizeof(n), deadline));
+    if (n > (1ULL << 32)) throw StoreError("the server sent a value of " + std::to_string(n) + " bytes");
+    std::string out(static_cast<std::size_t>(n), '\0');
+    if (n > 0) expect(read_exact(fd, out.data(), out.size(), deadline));
+    return out;
+  }
+  template <typename T>
+  T read_value(Clock::time_point deadline) {
+    T v{};
+    expect(read_exact(fd, reinterpret_cast<char*>(&v), sizeof(v), deadline));
+    return v;
+  }
+  void expect(Got got) {
+    if (got == Got::kClosed) throw StoreError("the server closed the connection");
+    if (got == Got::kTimeout) throw StoreError("no answer within " + seconds(timeout));
+  }
+
+  store::Writer request(Op op) {
+    store::Writer w;
+    const auto byte = store::encode_op(dialect, op);
+    if (!byte) {
+      throw StoreError(std::string(store::op_name(op)) + " needs a PyTorch 2.0+ store; the one at " +
+                       where() + " speaks only the 1.13 protocol");
+    }
+    w.u8(*byte);
+    return w;
+  }
+
+  // Runs `fn` (which sends a request and reads its answer) under the lock, on a connection that
+  // is open; any failure leaves the connection closed (the next call reopens it) and becomes one
+  // StoreError line naming the operation.
+  template <typename Fn>
+  auto call(const std::string& what, Fn&& fn) -> decltype(fn(Clock::time_point())) {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto deadline = Clock::now() + timeout;
+    try {
+      if (fd < 0) open(deadline);
+      return fn(deadline);
+    } catch (const JoinRefusedError&) {
+      drop();
+      throw;
+    } catch (const StoreError& e) {
+      drop();
+      throw StoreError("rendezvous store at " + where() + ": " + what + " failed: " + e.what());
+    }
+  }
+};
 
 Store::Store(std::shared_ptr<Impl> impl, std::string prefix)
     : impl_(std::move(impl)), prefix_(std::move(prefix)) {}
 
 Store::~Store() = default;
 
-std::shared_ptr<Store> Store::host(int port, std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<std::uint16_t>(port);
-  opts.isServer = true;
-  opts.waitWorkers = false;
-  opts.timeout = connect_timeout(timeout);
-  opts.multiTenant = true;
-  auto impl = std::make_shared<Impl>();
-  impl->host = "127.0.0.1";
-  impl->tcp = translate("hosting on port " + std::to_string(port),
-                        [&] { return c10::make_intrusive<c10d::TCPStore>(impl->host, opts); });
-  return std::shared_ptr<Store>(new Store(std::move(impl), ""));
+std::shared_ptr<Store> Store::host(int port, milliseconds timeout, const std::string& join_token) {
+  StoreServerOptions options;
+  options.port = port;
+  options.join_token = join_token;
+  auto server = std::make_unique<StoreServer>(options);
+  auto store = connect("127.0.0.1", server->port(), timeout,
+                       {std::nullopt, StoreProtocol::kModern});
+  store->impl_->server = std::move(server);
+  return store;
 }
 
-std::shared_ptr<Store> Store::connect(const std::string& host, int port,
-                                      std::chrono::milliseconds timeout) {
+std::shared_ptr<Store> Store::connect(const std::string& host, int port, milliseconds timeout,
+                                      const StoreConnectOptions& options) {
+  const auto deadline = Clock::now() + timeout;
   const auto unreachable = [&](const std::string& cause) {
     return StoreError("cannot reach the rendezvous store at " + host + ":" + std::to_string(port) +
                       " within " + seconds(timeout) + " (" + cause +
                       "); check MASTER_ADDR/MASTER_PORT and that the rank-0 host is running");
   };
-  if (!net::wait_for_listener(host, port, std::chrono::steady_clock::now() + timeout)) {
+  if (!net::wait_for_listener(host, port, deadline)) {
     throw unreachable("nothing accepted a connection there");
   }
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<std::uint16_t>(port);
-  opts.isServer = false;
-  opts.waitWorkers = false;
-  opts.timeout = connect_timeout(timeout);
   auto impl = std::make_shared<Impl>();
   impl->host = host;
+  impl->port = port;
+  impl->timeout = timeout;
+  impl->options = options;
+  impl->wanted = protocol_from_env(options.protocol);
   try {
-    impl->tcp = c10::make_intrusive<c10d::TCPStore>(host, opts);
-    impl->tcp->setTimeout(timeout);
-  } catch (const std::exception& e) {
-    std::string cause = e.what();
-    if (auto nl = cause.find('\n'); nl != std::string::npos) cause.resize(nl);
-    throw unreachable(cause);
+    impl->open(std::max(deadline, Clock::now() + milliseconds(1000)));
+  } catch (const JoinRefusedError&) {
+    throw;  // not a reachability problem: say it as the server did
+  } catch (const StoreError& e) {
+    impl->drop();
+    throw unreachable(e.what());
   }
   return std::shared_ptr<Store>(new Store(std::move(impl), ""));
 }
 
-std::shared_ptr<Store> Store::from_env(const DistributedEnv& env,
-                                       std::chrono::milliseconds timeout) {
+std::shared_ptr<Store> Store::from_env(const DistributedEnv& env, milliseconds timeout) {
   if (env.world_size == 1 && !env.use_agent_store) return host(0, timeout);
   if (env.rank == 0 && !env.use_agent_store) {
     auto store = host(env.master_port, timeout);
@@ -112,47 +352,149 @@ std::string Store::full_key(const std::string& key) const {
   return prefix_.empty() ? key : prefix_ + "/" + key;
 }
 
+std::vector<std::string> Store::full_keys(const std::vector<std::string>& keys) const {
+  std::vector<std::string> full;
+  full.reserve(keys.size());
+  for (const auto& k : keys) full.push_back(full_key(k));
+  return full;
+}
+
 void Store::set(const std::string& key, const std::string& value) {
-  translate("set '" + full_key(key) + "'",
-            [&] { impl_->tcp->set(full_key(key), to_bytes(value)); });
+  impl_->call("set '" + full_key(key) + "'", [&](Clock::time_point deadline) {
+    auto w = impl_->request(Op::kSet);
+    w.bytes(full_key(key)).bytes(value);
+    write_all(impl_->fd, w.data(), deadline);
+  });
 }
 
 std::string Store::get(const std::string& key) {
-  return translate("get '" + full_key(key) + "' (waited " + seconds(timeout()) + ")",
-                   [&] { return from_bytes(impl_->tcp->get(full_key(key))); });
+  wait({key});
+  return impl_->call("get '" + full_key(key) + "'", [&](Clock::time_point deadline) {
+    auto w = impl_->request(Op::kGet);
+    w.bytes(full_key(key));
+    write_all(impl_->fd, w.data(), deadline);
+    return impl_->read_bytes(deadline);
+  });
 }
 
 int64_t Store::add(const std::string& key, int64_t delta) {
-  return translate("add '" + full_key(key) + "'",
-                   [&] { return impl_->tcp->add(full_key(key), delta); });
+  return impl_->call("add '" + full_key(key) + "'", [&](Clock::time_point deadline) {
+    auto w = impl_->request(Op::kAdd);
+    w.bytes(full_key(key)).value(delta);
+    write_all(impl_->fd, w.data(), deadline);
+    return impl_->read_value<int64_t>(deadline);
+  });
 }
 
 std::string Store::compare_set(const std::string& key, const std::string& expected,
                                const std::string& desired) {
-  return translate("compare_set '" + full_key(key) + "'", [&] {
-    return from_bytes(impl_->tcp->compareSet(full_key(key), to_bytes(expected), to_bytes(desired)));
+  return impl_->call("compare_set '" + full_key(key) + "'", [&](Clock::time_point deadline) {
+    auto w = impl_->request(Op::kCompareSet);
+    w.bytes(full_key(key)).bytes(expected).bytes(desired);
+    write_all(impl_->fd, w.data(), deadline);
+    return impl_->read_bytes(deadline);
   });
 }
 
 bool Store::check(const std::vector<std::string>& keys) {
-  std::vector<std::string> full;
-  for (const auto& k : keys) full.push_back(full_key(k));
-  return translate("check", [&] { return impl_->tcp->check(full); });
+  return impl_->call("check", [&](Clock::time_point deadline) {
+    auto w = impl_->request(Op::kCheck);
+    w.value<uint64_t>(keys.size());
+    for (const auto& k : full_keys(keys)) w.bytes(k);
+    write_all(impl_->fd, w.data(), deadline);
+    return impl_->read_value<uint8_t>(deadline) == store::kCheckReady;
+  });
 }
 
 void Store::wait(const std::vector<std::string>& keys) { wait(keys, timeout()); }
 
-void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  std::vector<std::string> full;
-  for (const auto& k : keys) full.push_back(full_key(k));
-  translate("wait for " + std::to_string(keys.size()) + " key(s) starting '" +
-                (full.empty() ? std::string() : full.front()) + "' (" + seconds(timeout) + ")",
-            [&] { impl_->tcp->wait(full, timeout); });
+void Store::wait(const std::vector<std::string>& keys, milliseconds timeout) {
+  const auto full = full_keys(keys);
+  const std::string what = "wait for " + std::to_string(keys.size()) + " key(s) starting '" +
+                           (full.empty() ? std::string() : full.front()) + "' (" +
+                           seconds(timeout) + ")";
+  impl_->call(what, [&](Clock::time_point deadline) {
+    auto w = impl_->request(Op::kWait);
+    w.value<uint64_t>(full.size());
+    for (const auto& k : full) w.bytes(k);
+    write_all(impl_->fd, w.data(), deadline);
+    uint8_t answer = 0;
+    const Got got = read_exact(impl_->fd, reinterpret_cast<char*>(&answer), 1,
+                               Clock::now() + timeout);
+    if (got == Got::kOk) {
+      if (answer != store::kStopWaiting) throw StoreError("unexpected answer to WAIT");
+      return;
+    }
+    impl_->expect(got == Got::kClosed ? got : Got::kOk);
+    // 1.13 has no CANCEL_WAIT: closing the connection ends the server's wait (call() reopens).
+    if (impl_->dialect == Dialect::kLegacy) throw StoreError("timed out");
+    // 2.1+: cancel; an answer that crossed the cancel still counts.
+    auto cancel = impl_->request(Op::kCancelWait);
+    const auto cancel_deadline = Clock::now() + std::max(impl_->timeout, milliseconds(5000));
+    write_all(impl_->fd, cancel.data(), cancel_deadline);
+    answer = impl_->read_value<uint8_t>(cancel_deadline);
+    if (answer == store::kStopWaiting) {
+      if (impl_->read_value<uint8_t>(cancel_deadline) != store::kWaitCanceled) {
+        throw StoreError("unexpected answer to CANCEL_WAIT");
+      }
+      return;
+    }
+    if (answer != store::kWaitCanceled) throw StoreError("unexpected answer to CANCEL_WAIT");
+    throw StoreError("timed out");
+  });
 }
 
 bool Store::remove(const std::string& key) {
-  return translate("delete '" + full_key(key) + "'",
-                   [&] { return impl_->tcp->deleteKey(full_key(key)); });
+  return impl_->call("delete '" + full_key(key) + "'", [&](Clock::time_point deadline) {
+    auto w = impl_->request(Op::kDeleteKey);
+    w.bytes(full_key(key));
+    write_all(impl_->fd, w.data(), deadline);
+    return impl_->read_value<int64_t>(deadline) > 0;
+  });
+}
+
+void Store::append(const std::string& key, const std::string& value) {
+  impl_->call("append '" + full_key(key) + "'", [&](Clock::time_point deadline) {
+    auto w = impl_->request(Op::kAppend);
+    w.bytes(full_key(key)).bytes(value);
+    write_all(impl_->fd, w.data(), deadline);
+  });
+}
+
+std::vector<std::string> Store::multi_get(const std::vector<std::string>& keys) {
+  wait(keys);
+  return impl_->call("multi_get", [&](Clock::time_point deadline) {
+    auto w = impl_->request(Op::kMultiGet);
+    w.value<uint64_t>(keys.size());
+    for (const auto& k : full_keys(keys)) w.bytes(k);
+    write_all(impl_->fd, w.data(), deadline);
+    std::vector<std::string> values;
+    values.reserve(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) values.push_back(impl_->read_bytes(deadline));
+    return values;
+  });
+}
+
+void Store::multi_set(const std::vector<std::string>& keys,
+                      const std::vector<std::string>& values) {
+  if (keys.size() != values.size()) {
+    throw StoreError("multi_set: " + std::to_string(keys.size()) + " keys but " +
+                     std::to_string(values.size()) + " values");
+  }
+  impl_->call("multi_set", [&](Clock::time_point deadline) {
+    auto w = impl_->request(Op::kMultiSet);
+    w.value<uint64_t>(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) w.bytes(full_key(keys[i])).bytes(values[i]);
+    write_all(impl_->fd, w.data(), deadline);
+  });
+}
+
+int64_t Store::num_keys() {
+  return impl_->call("num_keys", [&](Clock::time_point deadline) {
+    auto w = impl_->request(Op::kNumKeys);
+    write_all(impl_->fd, w.data(), deadline);
+    return impl_->read_value<int64_t>(deadline);
+  });
 }
 
 std::shared_ptr<Store> Store::with_prefix(const std::string& prefix) const {
@@ -160,13 +502,10 @@ std::shared_ptr<Store> Store::with_prefix(const std::string& prefix) const {
 }
 
 const std::string& Store::endpoint_host() const { return impl_->host; }
-int Store::port() const { return impl_->tcp->getPort(); }
-std::chrono::milliseconds Store::timeout() const { return impl_->tcp->getTimeout(); }
-
-c10::intrusive_ptr<c10d::Store> to_c10d(const Store& store) {
-  c10::intrusive_ptr<c10d::Store> base = store.impl()->tcp;
-  if (store.prefix().empty()) return base;
-  return c10::make_intrusive<c10d::PrefixStore>(store.prefix(), base);
+int Store::port() const { return impl_->port; }
+milliseconds Store::timeout() const { return impl_->timeout; }
+StoreProtocol Store::protocol() const {
+  return impl_->dialect == Dialect::kModern ? StoreProtocol::kModern : StoreProtocol::kLegacy;
 }
 
 }  // namespace ddp

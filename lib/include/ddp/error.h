@@ -23,6 +23,12 @@ class StoreError : public Error {
   using Error::Error;
 };
 
+// The rendezvous store refused this agent: it lacks the job's join token, or has a wrong one.
+class JoinRefusedError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
 // A collective failed. Carries the op, this rank and, when known, the peer involved (-1 if not).
 class CommError : public Error {
  public:

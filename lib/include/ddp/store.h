@@ -1,10 +1,17 @@
 #pragma once
 // The rendezvous store: a key-value service every rank can reach, used to exchange addresses and
-// agree on membership. Backed by libtorch's c10d::TCPStore, so it speaks the same wire protocol
-// as torchrun's agent store and a Python torch.distributed job can share it.
+// agree on membership. It speaks c10d's TCPStore protocol without libtorch (see
+// ddp/store_server.h), so a Python torch.distributed job can share it, and the client below can
+// use a store hosted by torchrun or by a PyTorch script, 1.13 or 2.x alike.
+//
+// The client finds the server's protocol by itself: it opens the connection as PyTorch 2.1+ does
+// (VALIDATE, then a PING whose nonce must come back) and falls back to the 1.13/2.0 protocol when
+// the server closes the connection or does not answer within a short deadline instead.
+// DDP_STORE_PROTOCOL=legacy|modern skips the probe.
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,13 +19,28 @@ namespace ddp {
 
 struct DistributedEnv;
 
+// Which wire protocol a client speaks: chosen by the probe, or set.
+enum class StoreProtocol { kAuto, kLegacy, kModern };
+
+struct StoreConnectOptions {
+  // Agents present the job's join token (see StoreServer::kJoinKey) right after connecting; a
+  // server that refuses it fails the connect with its reason. nullopt: present nothing (workers,
+  // admitted by their address).
+  std::optional<std::string> join_token;
+  // kAuto reads DDP_STORE_PROTOCOL (auto, legacy or modern) and probes when it is unset or auto.
+  StoreProtocol protocol = StoreProtocol::kAuto;
+};
+
 class Store {
  public:
-  // Hosts a store server on `port` (0 picks a free port) and connects to it.
-  static std::shared_ptr<Store> host(int port, std::chrono::milliseconds timeout);
+  // Hosts a store server on `port` (0 picks a free port) and connects to it. A non-empty
+  // `join_token` admits connections from other hosts only once they presented it.
+  static std::shared_ptr<Store> host(int port, std::chrono::milliseconds timeout,
+                                     const std::string& join_token = "");
   // Connects to a store served at host:port, retrying until `timeout` (DNS may not be ready yet).
   static std::shared_ptr<Store> connect(const std::string& host, int port,
-                                        std::chrono::milliseconds timeout);
+                                        std::chrono::milliseconds timeout,
+                                        const StoreConnectOptions& options = {});
   // torchrun's contract: a client of the launcher's store when TORCHELASTIC_USE_AGENT_STORE is
   // set, else rank 0 hosts MASTER_ADDR:MASTER_PORT and the other ranks connect to it.
   static std::shared_ptr<Store> from_env(const DistributedEnv& env,
@@ -39,6 +61,13 @@ class Store {
   void wait(const std::vector<std::string>& keys);
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   bool remove(const std::string& key);
+  // Appends to the key's value (creates it when missing).
+  void append(const std::string& key, const std::string& value);
+  // Waits for every key, then reads them all in one round trip.
+  std::vector<std::string> multi_get(const std::vector<std::string>& keys);
+  void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);
+  // Keys in the whole store (every prefix).
+  int64_t num_keys();
 
   // A view whose keys all live under "<prefix>/": lets independent groups share one server.
   std::shared_ptr<Store> with_prefix(const std::string& prefix) const;
@@ -47,17 +76,21 @@ class Store {
   const std::string& endpoint_host() const;
   int port() const;
   std::chrono::milliseconds timeout() const;
+  // The protocol this client speaks with its server (never kAuto).
+  StoreProtocol protocol() const;
 
-  // The underlying c10d store, for code that speaks c10d itself (see ddp/store_c10d.h).
   struct Impl;
-  const std::shared_ptr<Impl>& impl() const { return impl_; }
 
  private:
   Store(std::shared_ptr<Impl> impl, std::string prefix);
   std::string full_key(const std::string& key) const;
+  std::vector<std::string> full_keys(const std::vector<std::string>& keys) const;
 
   std::shared_ptr<Impl> impl_;
   std::string prefix_;
 };
+
+// "legacy (1.13/2.0)" or "modern (2.1+)".
+const char* to_string(StoreProtocol protocol);
 
 }  // namespace ddp
