@@ -153,6 +153,8 @@ struct Store::Impl {
   int fd = -1;
   Dialect dialect = Dialect::kModern;
   StoreProtocol wanted = StoreProtocol::kAuto;
+  // Legacy dialect: whether the server is 2.0 (APPEND, MULTI_GET/SET, CANCEL_WAIT), not 1.13.
+  std::optional<bool> legacy_extensions;
 
   ~Impl() { drop(); }
 
@@ -229,10 +231,9 @@ struct Store::Impl {
         .bytes("");
     write_all(fd, w.data(), deadline);
     std::string answer = read_bytes(deadline);
-    if (answer == "ok") return;
+    if (answer == "ok" || (answer == "open" && options.join_token->empty())) return;
     drop();
     if (answer == "open") {
-      if (options.join_token->empty()) return;
       throw JoinRefusedError("the rendezvous store at " + where() +
                              " checks no join token, but this agent was given one; give node 0 "
                              "the same --rdzv-conf token_file");
@@ -263,9 +264,32 @@ struct Store::Impl {
     if (got == Got::kTimeout) throw StoreError("no answer within " + seconds(timeout));
   }
 
-  store::Writer request(Op op) {
+  // A 2.0 server answers CANCEL_WAIT with WAIT_CANCELED; 1.13 knows no such query and closes the
+  // connection. Asked once, on a connection of its own, before the first 2.0-only request.
+  bool has_legacy_extensions(Clock::time_point deadline) {
+    if (!legacy_extensions) {
+      const int probe_fd = open_connection(host, port, deadline);
+      std::string cancel(1, static_cast<char>(*store::encode_op(Dialect::kLegacy, Op::kCancelWait)));
+      uint8_t answer = 0;
+      Got got = Got::kClosed;
+      try {
+        write_all(probe_fd, cancel, deadline);
+        got = read_exact(probe_fd, reinterpret_cast<char*>(&answer), 1,
+                         std::min(deadline, Clock::now() + kProbeLimit));
+      } catch (const StoreError&) {
+      }
+      close(probe_fd);
+      legacy_extensions = got == Got::kOk && answer == store::kWaitCanceled;
+    }
+    return *legacy_extensions;
+  }
+
+  store::Writer request(Op op, Clock::time_point deadline) {
     store::Writer w;
-    const auto byte = store::encode_op(dialect, op);
+    auto byte = store::encode_op(dialect, op);
+    const bool extension = op == Op::kAppend || op == Op::kMultiGet || op == Op::kMultiSet ||
+                           op == Op::kCancelWait;
+    if (dialect == Dialect::kLegacy && extension && !has_legacy_extensions(deadline)) byte.reset();
     if (!byte) {
       throw StoreError(std::string(store::op_name(op)) + " needs a PyTorch 2.0+ store; the one at " +
                        where() + " speaks only the 1.13 protocol");
@@ -361,7 +385,7 @@ std::vector<std::string> Store::full_keys(const std::vector<std::string>& keys) 
 
 void Store::set(const std::string& key, const std::string& value) {
   impl_->call("set '" + full_key(key) + "'", [&](Clock::time_point deadline) {
-    auto w = impl_->request(Op::kSet);
+    auto w = impl_->request(Op::kSet, deadline);
     w.bytes(full_key(key)).bytes(value);
     write_all(impl_->fd, w.data(), deadline);
   });
@@ -370,7 +394,7 @@ void Store::set(const std::string& key, const std::string& value) {
 std::string Store::get(const std::string& key) {
   wait({key});
   return impl_->call("get '" + full_key(key) + "'", [&](Clock::time_point deadline) {
-    auto w = impl_->request(Op::kGet);
+    auto w = impl_->request(Op::kGet, deadline);
     w.bytes(full_key(key));
     write_all(impl_->fd, w.data(), deadline);
     return impl_->read_bytes(deadline);
@@ -379,7 +403,7 @@ std::string Store::get(const std::string& key) {
 
 int64_t Store::add(const std::string& key, int64_t delta) {
   return impl_->call("add '" + full_key(key) + "'", [&](Clock::time_point deadline) {
-    auto w = impl_->request(Op::kAdd);
+    auto w = impl_->request(Op::kAdd, deadline);
     w.bytes(full_key(key)).value(delta);
     write_all(impl_->fd, w.data(), deadline);
     return impl_->read_value<int64_t>(deadline);
@@ -389,7 +413,7 @@ int64_t Store::add(const std::string& key, int64_t delta) {
 std::string Store::compare_set(const std::string& key, const std::string& expected,
                                const std::string& desired) {
   return impl_->call("compare_set '" + full_key(key) + "'", [&](Clock::time_point deadline) {
-    auto w = impl_->request(Op::kCompareSet);
+    auto w = impl_->request(Op::kCompareSet, deadline);
     w.bytes(full_key(key)).bytes(expected).bytes(desired);
     write_all(impl_->fd, w.data(), deadline);
     return impl_->read_bytes(deadline);
@@ -398,7 +422,7 @@ std::string Store::compare_set(const std::string& key, const std::string& expect
 
 bool Store::check(const std::vector<std::string>& keys) {
   return impl_->call("check", [&](Clock::time_point deadline) {
-    auto w = impl_->request(Op::kCheck);
+    auto w = impl_->request(Op::kCheck, deadline);
     w.value<uint64_t>(keys.size());
     for (const auto& k : full_keys(keys)) w.bytes(k);
     write_all(impl_->fd, w.data(), deadline);
@@ -414,7 +438,7 @@ void Store::wait(const std::vector<std::string>& keys, milliseconds timeout) {
                            (full.empty() ? std::string() : full.front()) + "' (" +
                            seconds(timeout) + ")";
   impl_->call(what, [&](Clock::time_point deadline) {
-    auto w = impl_->request(Op::kWait);
+    auto w = impl_->request(Op::kWait, deadline);
     w.value<uint64_t>(full.size());
     for (const auto& k : full) w.bytes(k);
     write_all(impl_->fd, w.data(), deadline);
@@ -429,8 +453,8 @@ void Store::wait(const std::vector<std::string>& keys, milliseconds timeout) {
     // 1.13 has no CANCEL_WAIT: closing the connection ends the server's wait (call() reopens).
     if (impl_->dialect == Dialect::kLegacy) throw StoreError("timed out");
     // 2.1+: cancel; an answer that crossed the cancel still counts.
-    auto cancel = impl_->request(Op::kCancelWait);
     const auto cancel_deadline = Clock::now() + std::max(impl_->timeout, milliseconds(5000));
+    auto cancel = impl_->request(Op::kCancelWait, cancel_deadline);
     write_all(impl_->fd, cancel.data(), cancel_deadline);
     answer = impl_->read_value<uint8_t>(cancel_deadline);
     if (answer == store::kStopWaiting) {
@@ -446,7 +470,7 @@ void Store::wait(const std::vector<std::string>& keys, milliseconds timeout) {
 
 bool Store::remove(const std::string& key) {
   return impl_->call("delete '" + full_key(key) + "'", [&](Clock::time_point deadline) {
-    auto w = impl_->request(Op::kDeleteKey);
+    auto w = impl_->request(Op::kDeleteKey, deadline);
     w.bytes(full_key(key));
     write_all(impl_->fd, w.data(), deadline);
     return impl_->read_value<int64_t>(deadline) > 0;
@@ -455,7 +479,7 @@ bool Store::remove(const std::string& key) {
 
 void Store::append(const std::string& key, const std::string& value) {
   impl_->call("append '" + full_key(key) + "'", [&](Clock::time_point deadline) {
-    auto w = impl_->request(Op::kAppend);
+    auto w = impl_->request(Op::kAppend, deadline);
     w.bytes(full_key(key)).bytes(value);
     write_all(impl_->fd, w.data(), deadline);
   });
@@ -464,7 +488,7 @@ void Store::append(const std::string& key, const std::string& value) {
 std::vector<std::string> Store::multi_get(const std::vector<std::string>& keys) {
   wait(keys);
   return impl_->call("multi_get", [&](Clock::time_point deadline) {
-    auto w = impl_->request(Op::kMultiGet);
+    auto w = impl_->request(Op::kMultiGet, deadline);
     w.value<uint64_t>(keys.size());
     for (const auto& k : full_keys(keys)) w.bytes(k);
     write_all(impl_->fd, w.data(), deadline);
@@ -482,7 +506,7 @@ void Store::multi_set(const std::vector<std::string>& keys,
                      std::to_string(values.size()) + " values");
   }
   impl_->call("multi_set", [&](Clock::time_point deadline) {
-    auto w = impl_->request(Op::kMultiSet);
+    auto w = impl_->request(Op::kMultiSet, deadline);
     w.value<uint64_t>(keys.size());
     for (std::size_t i = 0; i < keys.size(); ++i) w.bytes(full_key(keys[i])).bytes(values[i]);
     write_all(impl_->fd, w.data(), deadline);
@@ -491,7 +515,7 @@ void Store::multi_set(const std::vector<std::string>& keys,
 
 int64_t Store::num_keys() {
   return impl_->call("num_keys", [&](Clock::time_point deadline) {
-    auto w = impl_->request(Op::kNumKeys);
+    auto w = impl_->request(Op::kNumKeys, deadline);
     write_all(impl_->fd, w.data(), deadline);
     return impl_->read_value<int64_t>(deadline);
   });

@@ -2,7 +2,7 @@
 
   store_conformance.py client HOST PORT   exercises a store server through torch's client
   store_conformance.py serve              hosts torch's TCPStore server on a free port, prints
-                                          "port N", and serves until standard input closes
+                                          "port N", and serves until killed
 
 Prints "ok <check>" per check and "all ok" at the end; exits non-zero at the first mismatch.
 """
@@ -91,7 +91,8 @@ def client(host, port):
 def serve():
     s = store("127.0.0.1", 0, True)
     print(f"port {s.port}", flush=True)
-    sys.stdin.read()
+    while True:
+        time.sleep(3600)
 
 
 if __name__ == "__main__":

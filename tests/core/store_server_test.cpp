@@ -1,0 +1,340 @@
+// ddp::StoreServer on the wire: both dialects from raw sockets, torch's semantics for the
+// queries no PyTorch test reaches (1.13 watches, queues, a cancelled wait, GET of a missing key),
+// join tokens, and robustness against garbage: a seeded random-bytes client, truncated frames and
+// absurd lengths never crash the server, never make it allocate without bound, and close only
+// the offending connection while others keep being served.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "ddp/error.h"
+#include "ddp/store.h"
+#include "ddp/store_server.h"
+#include "store/wire.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+using store::Dialect;
+using store::Op;
+using store::Writer;
+
+// A raw TCP client that speaks whatever bytes it is given.
+class Raw {
+ public:
+  explicit Raw(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  }
+  ~Raw() { close(fd_); }
+  // False when the server has closed the connection.
+  bool send(const std::string& bytes) {
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+  }
+  // n bytes, or "" when the connection closed or nothing came within `limit`.
+  std::string read(std::size_t n, std::chrono::milliseconds limit = 5s) {
+    std::string out(n, '\0');
+    std::size_t got = 0;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (got < n) {
+      pollfd p{fd_, POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) return "";
+      const ssize_t r = recv(fd_, out.data() + got, n - got, 0);
+      if (r <= 0) return "";
+      got += static_cast<std::size_t>(r);
+    }
+    return out;
+  }
+  // Whether the server closed the connection within `limit`.
+  bool closed(std::chrono::milliseconds limit = 5s) {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(limit.count())) <= 0) return false;
+    char c;
+    return recv(fd_, &c, 1, MSG_PEEK) <= 0;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+uint8_t code(Dialect d, Op op) { return *store::encode_op(d, op); }
+
+std::string validate() {
+  Writer w;
+  w.u8(0).value(store::kValidationMagic);
+  return w.data();
+}
+
+int64_t as_i64(const std::string& bytes) {
+  int64_t v = 0;
+  std::memcpy(&v, bytes.data(), sizeof(v));
+  return v;
+}
+
+std::string vec(const std::string& s) {
+  Writer w;
+  w.bytes(s);
+  return w.data();
+}
+
+long rss_kib() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+TEST(StoreServer, ServesBothDialectsOnOnePort) {
+  StoreServer server({});
+  Raw legacy(server.port());
+  Raw modern(server.port());
+  Writer set;
+  set.u8(code(Dialect::kLegacy, Op::kSet)).bytes("k").bytes("from 1.13");
+  ASSERT_TRUE(legacy.send(set.data()));
+  Writer get;
+  get.u8(code(Dialect::kModern, Op::kGet)).bytes("k");
+  ASSERT_TRUE(modern.send(validate() + get.data()));
+  EXPECT_EQ(modern.read(8 + 9), vec("from 1.13"));
+  // The same query byte means ADD to 1.13 and GET to 2.x: each connection keeps its dialect.
+  Writer add;
+  add.u8(code(Dialect::kLegacy, Op::kAdd)).bytes("n").value<int64_t>(7);
+  ASSERT_TRUE(legacy.send(add.data()));
+  EXPECT_EQ(as_i64(legacy.read(8)), 7);
+  Writer ping;
+  ping.u8(code(Dialect::kModern, Op::kPing)).value<uint32_t>(0xDEADBEEF);
+  ASSERT_TRUE(modern.send(ping.data()));
+  uint32_t echo = 0;
+  std::memcpy(&echo, modern.read(4).data(), 4);
+  EXPECT_EQ(echo, 0xDEADBEEFU);
+}
+
+TEST(StoreServer, GetOfAMissingKeyAnswersEmptyAndCancelWaitEndsAWait) {
+  StoreServer server({});
+  Raw c(server.port());
+  Writer get;
+  get.u8(code(Dialect::kModern, Op::kGet)).bytes("missing");
+  ASSERT_TRUE(c.send(validate() + get.data()));
+  EXPECT_EQ(c.read(8), vec(""));
+  Writer wait;
+  wait.u8(code(Dialect::kModern, Op::kWait)).value<uint64_t>(1).bytes("never");
+  ASSERT_TRUE(c.send(wait.data()));
+  EXPECT_EQ(c.read(1, 200ms), "");  // still waiting
+  ASSERT_TRUE(c.send(std::string(1, static_cast<char>(code(Dialect::kModern, Op::kCancelWait)))));
+  EXPECT_EQ(c.read(1), std::string(1, static_cast<char>(store::kWaitCanceled)));
+  // The cancelled wait is gone: setting the key sends nothing more on this connection.
+  Raw other(server.port());
+  Writer set;
+  set.u8(code(Dialect::kModern, Op::kSet)).bytes("never").bytes("x");
+  ASSERT_TRUE(other.send(validate() + set.data()));
+  EXPECT_EQ(c.read(1, 300ms), "");
+}
+
+TEST(StoreServer, LegacyWatchKeyReportsChanges) {
+  StoreServer server({});
+  Raw watcher(server.port());
+  Writer watch;
+  watch.u8(code(Dialect::kLegacy, Op::kWatchKey)).bytes("w");
+  ASSERT_TRUE(watcher.send(watch.data()));
+  EXPECT_EQ(watcher.read(1), std::string(1, static_cast<char>(store::kWatchCallbackRegistered)));
+  Raw writer(server.port());
+  Writer set;
+  set.u8(code(Dialect::kLegacy, Op::kSet)).bytes("w").bytes("v");
+  ASSERT_TRUE(writer.send(set.data()));
+  Writer expected;
+  expected.u8(store::kWatchKeyCreated).bytes("w").bytes("").bytes("v");
+  EXPECT_EQ(watcher.read(expected.data().size()), expected.data());
+}
+
+TEST(StoreServer, QueuesPushPopAndWakeOneWaiter) {
+  StoreServer server({});
+  Raw a(server.port());
+  Raw b(server.port());
+  ASSERT_TRUE(a.send(validate()));
+  ASSERT_TRUE(b.send(validate()));
+  Writer wait;
+  wait.u8(code(Dialect::kModern, Op::kWait)).value<uint64_t>(1).bytes("q");
+  ASSERT_TRUE(a.send(wait.data()));
+  Writer push;
+  push.u8(code(Dialect::kModern, Op::kQueuePush)).bytes("q").bytes("item");
+  Writer len;
+  len.u8(code(Dialect::kModern, Op::kQueueLen)).bytes("q");
+  ASSERT_TRUE(b.send(push.data() + len.data()));
+  EXPECT_EQ(as_i64(b.read(8)), 1);
+  EXPECT_EQ(a.read(1), std::string(1, static_cast<char>(store::kStopWaiting)));
+  Writer pop;
+  pop.u8(code(Dialect::kModern, Op::kQueuePop)).bytes("q");
+  ASSERT_TRUE(a.send(pop.data() + pop.data()));
+  EXPECT_EQ(as_i64(a.read(8)), 1);
+  EXPECT_EQ(a.read(12), vec("item"));
+  EXPECT_EQ(as_i64(a.read(8)), 0);  // empty now: the size alone
+}
+
+TEST(StoreServer, AnUnknownQueryClosesOnlyThatConnection) {
+  StoreServer server({});
+  Raw good(server.port());
+  ASSERT_TRUE(good.send(validate()));
+  Raw bad(server.port());
+  ASSERT_TRUE(bad.send(validate() + std::string(1, static_cast<char>(200))));
+  EXPECT_TRUE(bad.closed());
+  EXPECT_EQ(server.stats().protocol_errors, 1u);
+  Writer num;
+  num.u8(code(Dialect::kModern, Op::kNumKeys));
+  ASSERT_TRUE(good.send(num.data()));
+  EXPECT_EQ(good.read(8).size(), 8u);
+}
+
+TEST(StoreServer, AbsurdLengthsAreRejectedWithoutAllocating) {
+  StoreServer server({});
+  const long before = rss_kib();
+  for (const uint64_t n : {uint64_t{1} << 40, uint64_t{1} << 63, ~uint64_t{0}, uint64_t{65} << 20}) {
+    Raw c(server.port());
+    Writer w;  // a 2.x SET whose key claims n bytes
+    w.u8(code(Dialect::kModern, Op::kSet)).value<uint64_t>(n);
+    ASSERT_TRUE(c.send(validate() + w.data() + std::string(64, 'x')));
+    EXPECT_TRUE(c.closed()) << n;
+    Raw legacy(server.port());
+    Writer count;  // a 1.13 WAIT on 2^40 keys
+    count.u8(code(Dialect::kLegacy, Op::kWait)).value<uint64_t>(n);
+    ASSERT_TRUE(legacy.send(count.data()));
+    EXPECT_TRUE(legacy.closed()) << n;
+  }
+  // A value over the limit whose bytes do arrive is refused before it is all buffered.
+  {
+    Raw c(server.port());
+    Writer w;
+    w.u8(code(Dialect::kModern, Op::kSet)).bytes("k").value<uint64_t>(uint64_t{1} << 30);
+    ASSERT_TRUE(c.send(validate() + w.data()));
+    EXPECT_TRUE(c.closed());
+  }
+  EXPECT_LT(rss_kib() - before, 64 * 1024) << "the server's process grew by more than 64 MiB";
+  EXPECT_EQ(server.stats().protocol_errors, 9u);
+}
+
+TEST(StoreServer, SeededGarbageNeverCrashesItAndAWellBehavedClientIsServedThroughout) {
+  StoreServer server({});
+  auto store = Store::connect("127.0.0.1", server.port(), 10s);
+  std::mt19937_64 rng(20261127);
+  const long before = rss_kib();
+  for (int round = 0; round < 300; ++round) {
+    Raw c(server.port());
+    std::string bytes;
+    const int kind = round % 3;
+    if (kind == 0) {  // pure noise
+      bytes.resize(1 + rng() % 512);
+      for (auto& b : bytes) b = static_cast<char>(rng());
+    } else {  // a valid-looking request, then truncated or with one byte flipped
+      Writer w;
+      const Dialect d = rng() % 2 ? Dialect::kModern : Dialect::kLegacy;
+      if (d == Dialect::kModern) w.u8(0).value(store::kValidationMagic);
+      const auto op = static_cast<Op>(1 + rng() % 17);
+      if (const auto byte = store::encode_op(d, op)) w.u8(*byte);
+      w.bytes(std::string(rng() % 40, 'k')).bytes(std::string(rng() % 200, 'v')).value(rng());
+      bytes = w.data();
+      if (kind == 1) {
+        bytes.resize(rng() % bytes.size());
+      } else {
+        bytes[rng() % bytes.size()] ^= static_cast<char>(1 + rng() % 255);
+      }
+    }
+    c.send(bytes);
+    if (round % 25 == 0) {
+      store->set("alive", std::to_string(round));
+      ASSERT_EQ(store->get("alive"), std::to_string(round));
+    }
+  }
+  EXPECT_EQ(store->add("still", 1), 1);
+  EXPECT_LT(rss_kib() - before, 64 * 1024);
+}
+
+TEST(StoreServer, JoinTokenAdmitsOnlyAgentsThatPresentIt) {
+  StoreServerOptions options;
+  options.join_token = "s3cret";
+  StoreServer server(options);
+  // The right token is accepted (and loopback is this host: its workers need none).
+  EXPECT_NO_THROW(Store::connect("127.0.0.1", server.port(), 5s, {std::string("s3cret")}));
+  EXPECT_NO_THROW(Store::connect("127.0.0.1", server.port(), 5s));
+  try {
+    Store::connect("127.0.0.1", server.port(), 5s, {std::string("wrong")});
+    ADD_FAILURE() << "a wrong token was accepted";
+  } catch (const JoinRefusedError& e) {
+    EXPECT_NE(std::string(e.what()).find("wrong join token"), std::string::npos) << e.what();
+  }
+  try {
+    Store::connect("127.0.0.1", server.port(), 5s, {std::string()});
+    ADD_FAILURE() << "a missing token was accepted";
+  } catch (const JoinRefusedError& e) {
+    EXPECT_NE(std::string(e.what()).find("requires a join token"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(server.stats().refused, 2u);
+  // An agent with a token against a store that checks none is a misconfiguration too.
+  StoreServer open_server({});
+  EXPECT_THROW(Store::connect("127.0.0.1", open_server.port(), 5s, {std::string("s3cret")}),
+               JoinRefusedError);
+}
+
+TEST(StoreServer, ClientFallsBackToThe113ProtocolWhenTheServerClosesOnTheProbe) {
+  // A stand-in for a 1.13 server: it closes any connection whose first query byte is 0 with an
+  // absurd length (as 1.13 does), and answers a legacy ADD.
+  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(lfd, 8), 0);
+  socklen_t len = sizeof(a);
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::thread server([lfd] {
+    for (int served = 0; served < 2;) {
+      const int c = accept(lfd, nullptr, nullptr);
+      char first = 0;
+      if (recv(c, &first, 1, MSG_WAITALL) != 1) {  // the client's reachability probe
+        close(c);
+        continue;
+      }
+      ++served;
+      if (first == 0) {
+        uint64_t n = 0;
+        recv(c, &n, 8, MSG_WAITALL);
+        EXPECT_GE(n, uint64_t{1} << 63) << "the probe's length must be rejected without allocating";
+        close(c);
+        continue;
+      }
+      EXPECT_EQ(first, 3);  // legacy ADD
+      uint64_t klen = 0;
+      recv(c, &klen, 8, MSG_WAITALL);
+      std::string key(klen, '\0');
+      recv(c, key.data(), klen, MSG_WAITALL);
+      int64_t delta = 0;
+      recv(c, &delta, 8, MSG_WAITALL);
+      send(c, &delta, 8, MSG_NOSIGNAL);
+      close(c);
+    }
+  });
+  auto store = Store::connect("127.0.0.1", ntohs(a.sin_port), 5s);
+  EXPECT_EQ(store->protocol(), StoreProtocol::kLegacy);
+  EXPECT_EQ(store->add("n", 42), 42);
+  server.join();
+  close(lfd);
+}
+
+}  // namespace
+}  // namespace ddp
