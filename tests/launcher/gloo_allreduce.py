@@ -9,6 +9,8 @@ value = torch.tensor([float(rank + 1)])
 dist.all_reduce(value)
 expected = world * (world + 1) / 2
 print(f"python rank={rank} world={world} sum={value.item()} expected={expected}", flush=True)
+if rank == 0:
+    print(f"torch {torch.__version__}", flush=True)
 dist.barrier()
 dist.destroy_process_group()
 raise SystemExit(0 if value.item() == expected else 1)

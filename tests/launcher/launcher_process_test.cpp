@@ -351,14 +351,59 @@ TEST(DdprunProcess, ConfigErrorsAndRendezvousTimeoutsHaveTheirExitCodes) {
       << orphan.output();
 }
 
-TEST(DdprunProcess, MissingRendezvousModuleIsReportedClearly) {
+TEST(DdprunProcess, ACopiedBinaryRunsAloneAndLinksOnlyGlibc) {
+  // ddprun needs nothing beside itself: a copy in an empty directory runs a job.
   TempDir dir;
   const std::string lone = dir.path + "/ddprun";
   std::filesystem::copy_file(kDdprun, lone);
   ChildProcess run({lone, "--standalone", "--nproc-per-node", "2", kWorker}, {});
-  EXPECT_EQ(run.wait(seconds(60)), 1) << run.output();
-  EXPECT_NE(run.output().find("cannot load ddprun's rendezvous module"), std::string::npos)
-      << run.output();
+  EXPECT_EQ(run.wait(seconds(60)), 0) << run.output();
+  EXPECT_NE(run.output().find("rank=1 sum=3 ok"), std::string::npos) << run.output();
+  // Its dynamic dependencies are glibc's own libraries only (not under the sanitizers, whose
+  // runtimes are shared libraries).
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  ChildProcess ldd({"/usr/bin/ldd", lone}, {});
+  ASSERT_EQ(ldd.wait(seconds(30)), 0) << ldd.output();
+  std::istringstream lines(ldd.output());
+  for (std::string line; std::getline(lines, line);) {
+    const bool glibc = line.find("linux-vdso") != std::string::npos ||
+                       line.find("libc.so") != std::string::npos ||
+                       line.find("libm.so") != std::string::npos ||
+                       line.find("ld-linux") != std::string::npos;
+    EXPECT_TRUE(glibc) << "ddprun needs more than glibc: " << line;
+  }
+#endif
+}
+
+TEST(DdprunProcess, AnAgentWithoutTheJoinTokenIsRefusedAndTheJobFinishes) {
+  TempDir dir;
+  const std::string token = dir.path + "/token";
+  const std::string wrong = dir.path + "/wrong";
+  std::ofstream(token) << "job-secret\n";
+  std::ofstream(wrong) << "not-the-secret\n";
+  const int port = ddp::testing::free_tcp_port();
+  const auto node = [&](const std::string& rank, const std::vector<std::string>& extra) {
+    std::vector<std::string> flags{"--nnodes", "2", "--node-rank", rank, "--nproc-per-node", "1",
+                                   "--master-addr", "127.0.0.1", "--master-port",
+                                   std::to_string(port)};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return cmd(flags, {kWorker});
+  };
+  ChildProcess node0(node("0", {"--rdzv-conf", "token_file=" + token}), {});
+  // Strays first: no token, then a wrong one (by the environment variable).
+  ChildProcess none(node("1", {"--rdzv-conf", "join_timeout=20"}), {});
+  EXPECT_EQ(none.wait(seconds(60)), 69) << none.output();
+  EXPECT_NE(none.output().find("this job requires a join token"), std::string::npos)
+      << none.output();
+  ChildProcess bad(node("1", {}), {{"DDPRUN_RDZV_TOKEN_FILE", wrong}});
+  EXPECT_EQ(bad.wait(seconds(60)), 69) << bad.output();
+  EXPECT_NE(bad.output().find("wrong join token"), std::string::npos) << bad.output();
+  // The real node 1 joins, and the job finishes as if nothing happened.
+  ChildProcess node1(node("1", {}), {{"DDPRUN_RDZV_TOKEN_FILE", token}});
+  EXPECT_EQ(node1.wait(seconds(120)), 0) << node1.output();
+  EXPECT_EQ(node0.wait(seconds(60)), 0) << node0.output();
+  EXPECT_NE(node0.output().find("refused"), std::string::npos) << node0.output();
+  EXPECT_EQ(node0.output().find("job-secret"), std::string::npos) << "the token was logged";
 }
 
 TEST(DdprunProcess, TeeRedirectsAndLocalRanksFilter) {
