@@ -19,11 +19,13 @@ killed by PID and every namespace and /etc/netns entry removed, also after a cra
 run (names carry the creating PID).
 """
 
+import base64
 import ctypes
 import json
 import math
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -221,6 +223,7 @@ class Cluster:
         self.containers = []
         self.next_host = 10
         self.port = 0
+        self.objs = []
 
     def __enter__(self):
         remove_stale_namespaces()
@@ -242,6 +245,7 @@ class Cluster:
         _run("ip", "-n", ns, "link", "set", "lo", "up")
 
     def make_pods(self, objs, job_name, count=None):
+        self.objs = objs
         job = find(objs, "Job", job_name)
         n = count if count is not None else job["spec"].get("completions", 1)
         pods = []
@@ -378,9 +382,40 @@ class Cluster:
                     mounts.append([m["mountPath"], "tmpfs", None, read_only, v["emptyDir"].get("sizeLimit")])
                 else:
                     mounts.append([m["mountPath"], "emptydir", m["name"], read_only, None])
+            elif "secret" in v:
+                mounts.append([m["mountPath"], "bind", self._secret_dir(v["secret"]), True, None])
             else:
                 raise PodSimError(f"volume {m['name']}: {sorted(v)} is not simulated")
         return mounts
+
+    def _secret_dir(self, secret):
+        """A Secret volume's files. The Secret comes from the render when it is there; else it is
+        one the operator creates by hand (like the join token): a random value per key, the same
+        for every pod of this simulation."""
+        name = secret["secretName"]
+        d = os.path.join(self.workdir, "secrets", name)
+        if not os.path.isdir(d):
+            os.makedirs(d)
+            try:
+                rendered = find(self.objs, "Secret", name)
+            except PodSimError:
+                rendered = None
+            data = {}
+            if rendered:
+                data = {k: base64.b64decode(v) for k, v in rendered.get("data", {}).items()}
+                data.update({k: v.encode() for k, v in rendered.get("stringData", {}).items()})
+            for item in secret.get("items", []):
+                data.setdefault(item["key"], secrets.token_hex(32).encode())
+            paths = {i["key"]: i["path"] for i in secret.get("items", [])}
+            for key, value in data.items():
+                if secret.get("items") and key not in paths:
+                    continue
+                with open(os.path.join(d, paths.get(key, key)), "wb") as f:
+                    f.write(value)
+            for f in os.listdir(d):
+                os.chmod(os.path.join(d, f), 0o444)
+            os.chmod(d, 0o755)
+        return d
 
     def _container(self, pod):
         return f"{self.prefix}{pod.hostname}"

@@ -74,8 +74,9 @@ class NetnsPods : public ::testing::Test {
     }
   }
 
-  std::vector<std::string> pod_command(int i) const {
-    return {"/usr/sbin/ip",
+  std::vector<std::string> pod_command(int i,
+                                       std::vector<std::string> worker_args = {"--print-env"}) const {
+    std::vector<std::string> argv{"/usr/sbin/ip",
             "netns",
             "exec",
             pod_ns(i),
@@ -89,8 +90,9 @@ class NetnsPods : public ::testing::Test {
             "1",
             "--monitor-interval",
             "0.05",
-            WORKER_PATH,
-            "--print-env"};
+            WORKER_PATH};
+    argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+    return argv;
   }
 
   std::string prefix_;
@@ -133,6 +135,48 @@ TEST_F(NetnsPods, IndexedJobPodsFindTheirRanksAndTheMaster) {
         << out;
     EXPECT_NE(out.find("[rank" + r + "]:rank=" + r + " sum=6 ok"), std::string::npos) << out;
   }
+}
+
+// With a join token, the store on pod 0 serves only the job's pods: pod 2 plays a pod of another
+// job (or anything else on the pod network) that can reach train-0.train:29500. Its stray agent
+// with a wrong token and its raw torch.distributed client are both refused, and the job runs on.
+TEST_F(NetnsPods, WithAJoinTokenOnlyTheJobsPodsReachTheStore) {
+  write_hosts(2, /*with_master=*/true);
+  char dir_template[] = "/tmp/ddprun-token-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  std::ofstream(dir + "/token") << "job-secret\n";
+  std::ofstream(dir + "/wrong") << "guess\n";
+  const auto env = [&](int index, const std::string& token) {
+    return std::map<std::string, std::string>{{"JOB_COMPLETION_INDEX", std::to_string(index)},
+                                              {"DDP_NNODES", "2"},
+                                              {"DDPRUN_RDZV_TOKEN_FILE", dir + "/" + token}};
+  };
+  const std::vector<std::string> long_job{"--iterations", "200", "--interval-ms", "50"};
+  ChildProcess pod0(pod_command(0, long_job), env(0, "token"));
+  ChildProcess pod1(pod_command(1, long_job), env(1, "token"));
+  ASSERT_TRUE(pod0.wait_for_output("round 0: node 0 of 2", seconds(60))) << pod0.output();
+
+  ChildProcess stray(pod_command(2, long_job), env(1, "wrong"));
+  EXPECT_EQ(stray.wait(seconds(60)), 69) << stray.output();
+  EXPECT_NE(stray.output().find("wrong join token"), std::string::npos) << stray.output();
+
+  ChildProcess raw({"/usr/sbin/ip", "netns", "exec", pod_ns(2), "/usr/bin/python3", "-c",
+                    "import datetime, torch.distributed as d\n"
+                    "s = d.TCPStore('train-0.train', 29500, is_master=False,\n"
+                    "               timeout=datetime.timedelta(seconds=10))\n"
+                    "s.set('intruder', '1')\n"
+                    "print('read', s.get('intruder'))\n"},
+                   {});
+  EXPECT_NE(raw.wait(seconds(60)), 0) << raw.output();
+  EXPECT_EQ(raw.output().find("read"), std::string::npos) << raw.output();
+
+  EXPECT_EQ(pod1.wait(seconds(120)), 0) << pod1.output();
+  EXPECT_EQ(pod0.wait(seconds(60)), 0) << pod0.output();
+  const std::string log = pod0.output();
+  EXPECT_NE(log.find("refused " + pod_ip(2)), std::string::npos) << log;
+  EXPECT_NE(log.find("refused SET from " + pod_ip(2)), std::string::npos) << log;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
