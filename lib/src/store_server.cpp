@@ -368,8 +368,10 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
   r.u8(byte);
   const auto op = store::decode_op(*c.dialect, byte);
   if (!op) {
-    throw ProtocolError("unknown query byte " + std::to_string(byte) + " for the " +
-                        store::dialect_name(*c.dialect) + " protocol");
+    throw ProtocolError("unknown query byte " + std::to_string(byte) + " in PyTorch's " +
+                        store::dialect_name(*c.dialect) +
+                        " store protocol (a PyTorch newer than this ddprun, or not a c10d "
+                        "client; upgrade ddprun if it is PyTorch)");
   }
   Writer out;
   std::string key, a, b;

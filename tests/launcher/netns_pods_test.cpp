@@ -157,7 +157,9 @@ TEST_F(NetnsPods, WithAJoinTokenOnlyTheJobsPodsReachTheStore) {
   ChildProcess pod1(pod_command(1, long_job), env(1, "token"));
   ASSERT_TRUE(pod0.wait_for_output("round 0: node 0 of 2", seconds(60))) << pod0.output();
 
-  ChildProcess stray(pod_command(2, long_job), env(1, "wrong"));
+  auto stray_env = env(1, "wrong");  // it claims index 1; its hostname names no master
+  stray_env["MASTER_ADDR"] = "train-0.train";
+  ChildProcess stray(pod_command(2, long_job), stray_env);
   EXPECT_EQ(stray.wait(seconds(60)), 69) << stray.output();
   EXPECT_NE(stray.output().find("wrong join token"), std::string::npos) << stray.output();
 
