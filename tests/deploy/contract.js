@@ -305,6 +305,42 @@ function checkPyTorchJob(r) {
   return problems;
 }
 
+// Every ddprun pod reads its join token from the Secret volume mounted where
+// DDPRUN_RDZV_TOKEN_FILE points, and a NetworkPolicy of the same render admits the pod's own
+// job (and so its store port) by the pod's labels.
+function checkJoinToken(pods) {
+  const problems = [];
+  for (const [where, podSpec, objs, labels] of pods) {
+    const c = podSpec.containers[0];
+    const file = containerEnv(objs, c).DDPRUN_RDZV_TOKEN_FILE;
+    if (!file) {
+      problems.push(`${where}: no DDPRUN_RDZV_TOKEN_FILE: the store would admit any agent`);
+      continue;
+    }
+    const mount = (c.volumeMounts || []).find((m) => file.startsWith(m.mountPath.replace(/\/?$/, '/')));
+    const volume = mount && (podSpec.volumes || []).find((v) => v.name === mount.name);
+    if (!volume || !volume.secret) {
+      problems.push(`${where}: ${file} is not on a Secret volume`);
+      continue;
+    }
+    const inside = file.slice(mount.mountPath.replace(/\/?$/, '/').length);
+    const items = volume.secret.items || [];
+    if (items.length && !items.some((i) => i.path === inside)) {
+      problems.push(`${where}: the Secret volume has no item at ${inside}`);
+    }
+    const matches = (selector) => Object.entries(selector.matchLabels || {})
+      .every(([k, v]) => labels[k] === v);
+    const policy = objs.find((o) => o.kind === 'NetworkPolicy' && matches(o.spec.podSelector));
+    if (!policy) {
+      problems.push(`${where}: no NetworkPolicy selects the pods`);
+    } else if (!(policy.spec.ingress || []).some((rule) => (rule.from || [])
+      .some((peer) => peer.podSelector && !peer.namespaceSelector && matches(peer.podSelector)))) {
+      problems.push(`${where}: NetworkPolicy ${policy.metadata.name} does not admit the job's own pods`);
+    }
+  }
+  return problems;
+}
+
 function checkImageUser(r, dockerfile) {
   const user = (fs.readFileSync(dockerfile, 'utf8').match(/^USER (\d+)(?::(\d+))?$/m) || [])[1];
   const runAs = podSpecOf(find(r.base, 'Job', 'ddp-train')).securityContext.runAsUser;
@@ -331,6 +367,15 @@ function runChecks(r, cluster, codes, dockerfile) {
     'eksctl: OIDC, EFS CSI, autoscaler tags, EFA group': () => checkCluster(cluster),
     'pytorchjob: same program and flags, NODES pods': () => checkPyTorchJob(r),
     'image: USER matches runAsUser': () => checkImageUser(r, dockerfile),
+    'join token: Secret mounted at DDPRUN_RDZV_TOKEN_FILE, NetworkPolicy admits the job': () =>
+      checkJoinToken([...jobPods('base'), ...jobPods('efa'), ...jobPods('e2e'), ...jobPods('e2e-2pods'),
+        ...pytorchPods].map(([where, spec, objs]) => {
+        const owner = objs.find((o) => (o.kind === 'Job' && podSpecOf(o) === spec) ||
+          (o.kind === 'PyTorchJob' && Object.values(o.spec.pytorchReplicaSpecs).some((x) => x.template.spec === spec)));
+        const template = owner.kind === 'Job' ? owner.spec.template
+          : Object.values(owner.spec.pytorchReplicaSpecs).find((x) => x.template.spec === spec).template;
+        return [where, spec, objs, template.metadata.labels || {}];
+      })),
   };
   const results = {};
   for (const [name, check] of Object.entries(checks)) {
@@ -369,6 +414,12 @@ const mutations = [
     (r) => { find(r.efa, 'ConfigMap').data.DDP_BACKEND = 'gloo'; }],
   ['eksctl: OIDC, EFA group', 'EFA group in two AZs',
     (r, cluster) => { cluster.managedNodeGroups.find((g) => g.efaEnabled).availabilityZones.push('us-west-2b'); }],
+  ['join token: Secret mounted at DDPRUN_RDZV_TOKEN_FILE, NetworkPolicy admits the job', 'token file outside the Secret',
+    (r) => { find(r.base, 'ConfigMap').data.DDPRUN_RDZV_TOKEN_FILE = '/tmp/token'; }],
+  ['join token: Secret mounted at DDPRUN_RDZV_TOKEN_FILE, NetworkPolicy admits the job', 'policy selects other pods',
+    (r) => { find(r.efa, 'NetworkPolicy').spec.podSelector.matchLabels['app.kubernetes.io/instance'] = 'other'; }],
+  ['join token: Secret mounted at DDPRUN_RDZV_TOKEN_FILE, NetworkPolicy admits the job', 'policy admits nobody',
+    (r) => { find(r.base, 'NetworkPolicy').spec.ingress = []; }],
   ['pytorchjob: same program and flags, NODES pods', 'a flag only in the PyTorchJob',
     (r) => { find(r.pytorchjob, 'PyTorchJob').spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].args.push('--epochs=1'); }],
 ];
