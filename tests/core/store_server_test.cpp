@@ -21,6 +21,7 @@
 #include "ddp/error.h"
 #include "ddp/store.h"
 #include "ddp/store_server.h"
+#include "scoped_env.h"
 #include "store/wire.h"
 
 namespace ddp {
@@ -334,6 +335,31 @@ TEST(StoreServer, ClientFallsBackToThe113ProtocolWhenTheServerClosesOnTheProbe) 
   EXPECT_EQ(store->add("n", 42), 42);
   server.join();
   close(lfd);
+}
+
+TEST(StoreServer, DdpStoreProtocolSkipsTheProbe) {
+  StoreServer server({});
+  {
+    testing::ScopedEnv env("DDP_STORE_PROTOCOL", "legacy");
+    auto store = Store::connect("127.0.0.1", server.port(), 5s);
+    EXPECT_EQ(store->protocol(), StoreProtocol::kLegacy);
+    store->set("k", "legacy");
+    EXPECT_EQ(store->get("k"), "legacy");
+    EXPECT_THROW(store->wait({"never"}, 100ms), StoreError);  // closes the connection
+    EXPECT_EQ(store->add("n", 2), 2);                       // and the next call reopens it
+    store->append("k", "+");  // this server knows the 2.0 queries
+    EXPECT_EQ(store->get("k"), "legacy+");
+  }
+  {
+    testing::ScopedEnv env("DDP_STORE_PROTOCOL", "modern");
+    auto store = Store::connect("127.0.0.1", server.port(), 5s);
+    EXPECT_EQ(store->protocol(), StoreProtocol::kModern);
+    EXPECT_EQ(store->get("k"), "legacy+");
+    EXPECT_THROW(store->wait({"never"}, 100ms), StoreError);  // CANCEL_WAIT, same connection
+    EXPECT_EQ(store->add("n", 1), 3);
+  }
+  testing::ScopedEnv env("DDP_STORE_PROTOCOL", "1.13");
+  EXPECT_THROW(Store::connect("127.0.0.1", server.port(), 5s), ConfigError);
 }
 
 }  // namespace

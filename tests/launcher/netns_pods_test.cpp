@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 
 #include "child_process.h"
 
@@ -179,6 +181,38 @@ TEST_F(NetnsPods, WithAJoinTokenOnlyTheJobsPodsReachTheStore) {
   EXPECT_NE(log.find("refused " + pod_ip(2)), std::string::npos) << log;
   EXPECT_NE(log.find("refused SET from " + pod_ip(2)), std::string::npos) << log;
   std::filesystem::remove_all(dir);
+}
+
+// ddprun copied into the PyTorch 2.6 root (tests/interop/prepare-torch2-root), as into a user's
+// image: two pods (namespaces) of two ranks each run an unchanged torch.distributed script,
+// ddprun and its workers all inside the root.
+TEST_F(NetnsPods, DdprunInAPyTorch2RootRunsATwoPodJob) {
+  const std::string script = std::string(TEST_SOURCE_DIR) + "/gloo_allreduce.py";
+  const std::map<std::string, std::string> env{
+      {"DDP_TORCH2_EXEC", DDPRUN_PATH},
+      {"DDP_TORCH2_BIND", std::string(TEST_SOURCE_DIR) + ":" +
+                              std::filesystem::path(DDPRUN_PATH).parent_path().string()},
+      {"GLOO_SOCKET_IFNAME", "eth0"}};
+  std::vector<std::unique_ptr<ChildProcess>> pods;
+  for (int i : {1, 0}) {
+    pods.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{"/usr/sbin/ip", "netns", "exec", pod_ns(i),
+                                 std::string(INTEROP_DIR) + "/torch2-python", "--nnodes", "2",
+                                 "--node-rank", std::to_string(i), "--nproc-per-node", "2",
+                                 "--master-addr", pod_ip(0), "--master-port", "29500", script},
+        env));
+  }
+  std::string all;
+  for (auto& pod : pods) {
+    EXPECT_EQ(pod->wait(seconds(240)), 0) << pod->output();
+    all += pod->output();
+  }
+  for (int r = 0; r < 4; ++r) {
+    const std::string line = "[rank" + std::to_string(r) + "]:python rank=" + std::to_string(r) +
+                             " world=4 sum=10.0 expected=10.0";
+    EXPECT_NE(all.find(line), std::string::npos) << line << "\n" << all;
+  }
+  EXPECT_NE(all.find("[rank0]:torch 2."), std::string::npos) << all;
 }
 
 }  // namespace
