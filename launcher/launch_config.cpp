@@ -404,7 +404,8 @@ LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
   }
   if (auto conf = pick(cli, env, "rdzv-conf")) parse_rdzv_conf(*conf, c);
   if (c.rdzv.token_file.empty()) {
-    if (auto it = env.find("DDPRUN_RDZV_TOKEN_FILE"); it != env.end()) c.rdzv.token_file = it->second;
+    if (auto it = env.find("DDPRUN_RDZV_TOKEN_FILE"); it != env.end())
+      c.rdzv.token_file = it->second;
   }
   if (!c.rdzv.token_file.empty()) c.rdzv.join_token = read_join_token(c.rdzv.token_file);
   if (auto v = pick(cli, env, "max-restarts")) c.max_restarts = to_int(*v, 0, 1 << 20);

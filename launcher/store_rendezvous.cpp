@@ -129,9 +129,9 @@ void StoreRendezvous::connect_with_retry(Clock::time_point deadline) {
     if (why.empty()) {
       try {
         const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-        auto client = ddp::Store::connect(store_host_, store_port_,
-                                          std::max(left, config_.rdzv.read_timeout),
-                                          {config_.rdzv.join_token, ddp::StoreProtocol::kModern});
+        auto client =
+            ddp::Store::connect(store_host_, store_port_, std::max(left, config_.rdzv.read_timeout),
+                                {config_.rdzv.join_token, ddp::StoreProtocol::kModern});
         store_ = client->with_prefix("ddprun/" + config_.run_id);
         ddp::log::debug("connected to the rendezvous store at {}:{}", store_host_, store_port_);
         return;

@@ -31,7 +31,9 @@ using store::Op;
 // 1.13 server closes the connection at once, and any server answers a PING in microseconds.
 constexpr auto kProbeLimit = std::chrono::seconds(2);
 
-std::string seconds(milliseconds t) { return std::to_string(t.count() / 1000.0).substr(0, 6) + " s"; }
+std::string seconds(milliseconds t) {
+  return std::to_string(t.count() / 1000.0).substr(0, 6) + " s";
+}
 
 enum class Got { kOk, kClosed, kTimeout };
 
@@ -66,7 +68,8 @@ Got read_exact(int fd, char* out, std::size_t n, Clock::time_point deadline) {
 void write_all(int fd, const std::string& data, Clock::time_point deadline) {
   std::size_t sent = 0;
   while (sent < data.size()) {
-    const ssize_t w = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t w =
+        ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w > 0) {
       sent += static_cast<std::size_t>(w);
       continue;
@@ -125,10 +128,9 @@ int open_connection(const std::string& host, int port, Clock::time_point deadlin
 
 StoreProtocol protocol_from_env(StoreProtocol asked) {
   if (asked != StoreProtocol::kAuto) return asked;
-  return env::get_choice<StoreProtocol>("DDP_STORE_PROTOCOL",
-                                        {{"auto", StoreProtocol::kAuto},
-                                         {"legacy", StoreProtocol::kLegacy},
-                                         {"modern", StoreProtocol::kModern}})
+  return env::get_choice<StoreProtocol>("DDP_STORE_PROTOCOL", {{"auto", StoreProtocol::kAuto},
+                                                               {"legacy", StoreProtocol::kLegacy},
+                                                               {"modern", StoreProtocol::kModern}})
       .value_or(StoreProtocol::kAuto);
 }
 
@@ -136,9 +138,12 @@ StoreProtocol protocol_from_env(StoreProtocol asked) {
 
 const char* to_string(StoreProtocol protocol) {
   switch (protocol) {
-    case StoreProtocol::kLegacy: return "legacy (1.13/2.0)";
-    case StoreProtocol::kModern: return "modern (2.1+)";
-    case StoreProtocol::kAuto: break;
+    case StoreProtocol::kLegacy:
+      return "legacy (1.13/2.0)";
+    case StoreProtocol::kModern:
+      return "modern (2.1+)";
+    case StoreProtocol::kAuto:
+      break;
   }
   return "auto";
 }
@@ -170,8 +175,7 @@ struct Store::Impl {
     if (wanted == StoreProtocol::kAuto) {
       dialect = probe(deadline);
       wanted = dialect == Dialect::kModern ? StoreProtocol::kModern : StoreProtocol::kLegacy;
-      log::debug("rendezvous store at {} speaks the {} protocol", where(),
-                 to_string(wanted));
+      log::debug("rendezvous store at {} speaks the {} protocol", where(), to_string(wanted));
     } else {
       dialect = wanted == StoreProtocol::kModern ? Dialect::kModern : Dialect::kLegacy;
       fd = open_connection(host, port, deadline);
@@ -248,7 +252,8 @@ struct Store::Impl {
   std::string read_bytes(Clock::time_point deadline) {
     uint64_t n = 0;
     expect(read_exact(fd, reinterpret_cast<char*>(&n), sizeof(n), deadline));
-    if (n > (1ULL << 32)) throw StoreError("the server sent a value of " + std::to_string(n) + " bytes");
+    if (n > (1ULL << 32))
+      throw StoreError("the server sent a value of " + std::to_string(n) + " bytes");
     std::string out(static_cast<std::size_t>(n), '\0');
     if (n > 0) expect(read_exact(fd, out.data(), out.size(), deadline));
     return out;
@@ -269,7 +274,8 @@ struct Store::Impl {
   bool has_legacy_extensions(Clock::time_point deadline) {
     if (!legacy_extensions) {
       const int probe_fd = open_connection(host, port, deadline);
-      std::string cancel(1, static_cast<char>(*store::encode_op(Dialect::kLegacy, Op::kCancelWait)));
+      std::string cancel(1,
+                         static_cast<char>(*store::encode_op(Dialect::kLegacy, Op::kCancelWait)));
       uint8_t answer = 0;
       Got got = Got::kClosed;
       try {
@@ -287,12 +293,13 @@ struct Store::Impl {
   store::Writer request(Op op, Clock::time_point deadline) {
     store::Writer w;
     auto byte = store::encode_op(dialect, op);
-    const bool extension = op == Op::kAppend || op == Op::kMultiGet || op == Op::kMultiSet ||
-                           op == Op::kCancelWait;
+    const bool extension =
+        op == Op::kAppend || op == Op::kMultiGet || op == Op::kMultiSet || op == Op::kCancelWait;
     if (dialect == Dialect::kLegacy && extension && !has_legacy_extensions(deadline)) byte.reset();
     if (!byte) {
-      throw StoreError(std::string(store::op_name(op)) + " needs a PyTorch 2.0+ store; the one at " +
-                       where() + " speaks only the 1.13 protocol");
+      throw StoreError(std::string(store::op_name(op)) +
+                       " needs a PyTorch 2.0+ store; the one at " + where() +
+                       " speaks only the 1.13 protocol");
     }
     w.u8(*byte);
     return w;
@@ -328,8 +335,8 @@ std::shared_ptr<Store> Store::host(int port, milliseconds timeout, const std::st
   options.port = port;
   options.join_token = join_token;
   auto server = std::make_unique<StoreServer>(options);
-  auto store = connect("127.0.0.1", server->port(), timeout,
-                       {std::nullopt, StoreProtocol::kModern});
+  auto store =
+      connect("127.0.0.1", server->port(), timeout, {std::nullopt, StoreProtocol::kModern});
   store->impl_->server = std::move(server);
   return store;
 }
@@ -443,8 +450,8 @@ void Store::wait(const std::vector<std::string>& keys, milliseconds timeout) {
     for (const auto& k : full) w.bytes(k);
     write_all(impl_->fd, w.data(), deadline);
     uint8_t answer = 0;
-    const Got got = read_exact(impl_->fd, reinterpret_cast<char*>(&answer), 1,
-                               Clock::now() + timeout);
+    const Got got =
+        read_exact(impl_->fd, reinterpret_cast<char*>(&answer), 1, Clock::now() + timeout);
     if (got == Got::kOk) {
       if (answer != store::kStopWaiting) throw StoreError("unexpected answer to WAIT");
       return;

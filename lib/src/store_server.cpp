@@ -108,7 +108,7 @@ bool same_token(const std::string& a, const std::string& b) {
 
 struct Connection {
   int fd = -1;
-  std::string peer;     // ip:port, for log lines
+  std::string peer;  // ip:port, for log lines
   std::string peer_ip;
   std::optional<Dialect> dialect;
   bool admitted = false;
@@ -117,9 +117,9 @@ struct Connection {
   std::size_t in_pos = 0;  // requests before it are served
   std::string out;
   std::size_t out_pos = 0;
-  std::size_t awaited = 0;                 // keys a WAIT still waits for
-  std::vector<std::string> awaited_keys;   // to leave the waiting lists on close or cancel
-  std::vector<std::string> watched_keys;   // legacy WATCH_KEY registrations
+  std::size_t awaited = 0;                // keys a WAIT still waits for
+  std::vector<std::string> awaited_keys;  // to leave the waiting lists on close or cancel
+  std::vector<std::string> watched_keys;  // legacy WATCH_KEY registrations
   bool want_write = false;
 };
 
@@ -215,8 +215,8 @@ void StoreServer::Impl::listen_on(int wanted_port) {
     port = port_of(bound);
     return;
   }
-  throw StoreError("rendezvous store: cannot listen on port " + std::to_string(wanted_port) +
-                   ": " + why);
+  throw StoreError("rendezvous store: cannot listen on port " + std::to_string(wanted_port) + ": " +
+                   why);
 }
 
 void StoreServer::Impl::update_interest(uint64_t id, Connection& c) {
@@ -452,13 +452,12 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
             if (old.empty() || end != old.c_str() + old.size() || errno != 0) {
               throw ProtocolError("ADD on key '" + key + "', whose value is not an integer");
             }
-            value = static_cast<int64_t>(static_cast<uint64_t>(current) +
-                                         static_cast<uint64_t>(delta));
+            value =
+                static_cast<int64_t>(static_cast<uint64_t>(current) + static_cast<uint64_t>(delta));
           }
           data[key] = std::to_string(value);
           out.value<int64_t>(value);
-          changed(key, created ? store::kWatchKeyCreated : store::kWatchKeyUpdated, old,
-                  data[key]);
+          changed(key, created ? store::kWatchKeyCreated : store::kWatchKeyUpdated, old, data[key]);
           break;
         }
         case Op::kCheck:
@@ -608,8 +607,8 @@ void StoreServer::Impl::accept_all() {
     Connection c;
     c.fd = fd;
     c.peer_ip = address_text(addr);
-    c.peer = (c.peer_ip.find(':') != std::string::npos ? "[" + c.peer_ip + "]" : c.peer_ip) +
-             ":" + std::to_string(port_of(addr));
+    c.peer = (c.peer_ip.find(':') != std::string::npos ? "[" + c.peer_ip + "]" : c.peer_ip) + ":" +
+             std::to_string(port_of(addr));
     if (conns.size() >= options.max_connections) {
       ddp::log::warn("rendezvous store: closed a connection from {}: {} connections are open",
                      c.peer, conns.size());
@@ -618,8 +617,8 @@ void StoreServer::Impl::accept_all() {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    c.admitted = options.join_token.empty() || is_loopback(c.peer_ip) ||
-                 admitted_ips.count(c.peer_ip) != 0;
+    c.admitted =
+        options.join_token.empty() || is_loopback(c.peer_ip) || admitted_ips.count(c.peer_ip) != 0;
     const uint64_t id = next_id++;
     epoll_event ev{};
     ev.data.u64 = id;

@@ -46,7 +46,8 @@ class Raw {
   ~Raw() { close(fd_); }
   // False when the server has closed the connection.
   bool send(const std::string& bytes) {
-    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
   }
   // n bytes, or "" when the connection closed or nothing came within `limit`.
   std::string read(std::size_t n, std::chrono::milliseconds limit = 5s) {
@@ -206,7 +207,8 @@ TEST(StoreServer, AnUnknownQueryClosesOnlyThatConnection) {
 TEST(StoreServer, AbsurdLengthsAreRejectedWithoutAllocating) {
   StoreServer server({});
   const long before = rss_kib();
-  for (const uint64_t n : {uint64_t{1} << 40, uint64_t{1} << 63, ~uint64_t{0}, uint64_t{65} << 20}) {
+  for (const uint64_t n :
+       {uint64_t{1} << 40, uint64_t{1} << 63, ~uint64_t{0}, uint64_t{65} << 20}) {
     Raw c(server.port());
     Writer w;  // a 2.x SET whose key claims n bytes
     w.u8(code(Dialect::kModern, Op::kSet)).value<uint64_t>(n);
@@ -346,8 +348,8 @@ TEST(StoreServer, DdpStoreProtocolSkipsTheProbe) {
     store->set("k", "legacy");
     EXPECT_EQ(store->get("k"), "legacy");
     EXPECT_THROW(store->wait({"never"}, 100ms), StoreError);  // closes the connection
-    EXPECT_EQ(store->add("n", 2), 2);                       // and the next call reopens it
-    store->append("k", "+");  // this server knows the 2.0 queries
+    EXPECT_EQ(store->add("n", 2), 2);                         // and the next call reopens it
+    store->append("k", "+");                                  // this server knows the 2.0 queries
     EXPECT_EQ(store->get("k"), "legacy+");
   }
   {

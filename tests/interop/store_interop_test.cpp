@@ -10,8 +10,8 @@
 
 #include <chrono>
 #include <regex>
-#include <thread>
 #include <string>
+#include <thread>
 
 #include "child_process.h"
 #include "ddp/error.h"
@@ -49,16 +49,17 @@ std::vector<std::string> argv_of(const Torch& t, std::vector<std::string> args) 
 }
 
 // PyTorch 2.6 runs in a chroot of its own mount namespace: root only (CI runs as root).
-#define REQUIRE_ROOT()                                                                        \
-  if (geteuid() != 0) GTEST_SKIP() << "needs root: PyTorch 2.6 runs in a chroot "            \
-                                      "(tests/interop/torch2-python)"
+#define REQUIRE_ROOT()                                        \
+  if (geteuid() != 0)                                         \
+  GTEST_SKIP() << "needs root: PyTorch 2.6 runs in a chroot " \
+                  "(tests/interop/torch2-python)"
 
 TEST(StoreInterop, TorchClientsPassAgainstTheServer) {
   REQUIRE_ROOT();
   ddp::StoreServer server({});
   for (const auto& t : torches()) {
-    ChildProcess client(
-        argv_of(t, {kScript, "client", "127.0.0.1", std::to_string(server.port())}), torch_env());
+    ChildProcess client(argv_of(t, {kScript, "client", "127.0.0.1", std::to_string(server.port())}),
+                        torch_env());
     EXPECT_EQ(client.wait(120s), 0) << t.name << "\n" << client.output();
     EXPECT_NE(client.output().find("all ok"), std::string::npos) << t.name << client.output();
   }

@@ -366,10 +366,9 @@ TEST(DdprunProcess, ACopiedBinaryRunsAloneAndLinksOnlyGlibc) {
   ASSERT_EQ(ldd.wait(seconds(30)), 0) << ldd.output();
   std::istringstream lines(ldd.output());
   for (std::string line; std::getline(lines, line);) {
-    const bool glibc = line.find("linux-vdso") != std::string::npos ||
-                       line.find("libc.so") != std::string::npos ||
-                       line.find("libm.so") != std::string::npos ||
-                       line.find("ld-linux") != std::string::npos;
+    const bool glibc =
+        line.find("linux-vdso") != std::string::npos || line.find("libc.so") != std::string::npos ||
+        line.find("libm.so") != std::string::npos || line.find("ld-linux") != std::string::npos;
     EXPECT_TRUE(glibc) << "ddprun needs more than glibc: " << line;
   }
 #endif
@@ -383,9 +382,11 @@ TEST(DdprunProcess, AnAgentWithoutTheJoinTokenIsRefusedAndTheJobFinishes) {
   std::ofstream(wrong) << "not-the-secret\n";
   const int port = ddp::testing::free_tcp_port();
   const auto node = [&](const std::string& rank, const std::vector<std::string>& extra) {
-    std::vector<std::string> flags{"--nnodes", "2", "--node-rank", rank, "--nproc-per-node", "1",
-                                   "--master-addr", "127.0.0.1", "--master-port",
-                                   std::to_string(port)};
+    std::vector<std::string> flags{"--nnodes",         "2",
+                                   "--node-rank",      rank,
+                                   "--nproc-per-node", "1",
+                                   "--master-addr",    "127.0.0.1",
+                                   "--master-port",    std::to_string(port)};
     flags.insert(flags.end(), extra.begin(), extra.end());
     return cmd(flags, {kWorker});
   };

@@ -76,23 +76,23 @@ class NetnsPods : public ::testing::Test {
     }
   }
 
-  std::vector<std::string> pod_command(int i,
-                                       std::vector<std::string> worker_args = {"--print-env"}) const {
+  std::vector<std::string> pod_command(int i, std::vector<std::string> worker_args = {
+                                                  "--print-env"}) const {
     std::vector<std::string> argv{"/usr/sbin/ip",
-            "netns",
-            "exec",
-            pod_ns(i),
-            "/usr/bin/unshare",
-            "--uts",
-            "/bin/sh",
-            "-c",
-            "hostname train-" + std::to_string(i) + " && exec \"$0\" \"$@\"",
-            DDPRUN_PATH,
-            "--nproc-per-node",
-            "1",
-            "--monitor-interval",
-            "0.05",
-            WORKER_PATH};
+                                  "netns",
+                                  "exec",
+                                  pod_ns(i),
+                                  "/usr/bin/unshare",
+                                  "--uts",
+                                  "/bin/sh",
+                                  "-c",
+                                  "hostname train-" + std::to_string(i) + " && exec \"$0\" \"$@\"",
+                                  DDPRUN_PATH,
+                                  "--nproc-per-node",
+                                  "1",
+                                  "--monitor-interval",
+                                  "0.05",
+                                  WORKER_PATH};
     argv.insert(argv.end(), worker_args.begin(), worker_args.end());
     return argv;
   }

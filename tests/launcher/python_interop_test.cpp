@@ -49,8 +49,8 @@ void run_job(int nodes, const std::vector<std::string>& prefix, const std::strin
   const double sum = world * (world + 1) / 2.0;
   for (int r = 0; r < world; ++r) {
     char line[160];
-    std::snprintf(line, sizeof(line), "[rank%d]:python rank=%d world=%d sum=%.1f expected=%.1f",
-                  r, r, world, sum, sum);
+    std::snprintf(line, sizeof(line), "[rank%d]:python rank=%d world=%d sum=%.1f expected=%.1f", r,
+                  r, world, sum, sum);
     EXPECT_NE(all.find(line), std::string::npos) << line << "\n" << all;
   }
   EXPECT_NE(all.find("torch " + expect_version), std::string::npos) << all;

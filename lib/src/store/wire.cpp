@@ -1,20 +1,20 @@
 #include "store/wire.h"
 
 #include <array>
+#include <iterator>
 
 namespace ddp::store {
 namespace {
 
 // Index: query byte; value: the op it means.
 constexpr std::array<Op, 13> kLegacy = {
-    Op::kSet,     Op::kCompareSet, Op::kGet,      Op::kAdd,      Op::kCheck,
-    Op::kWait,    Op::kNumKeys,    Op::kWatchKey, Op::kDeleteKey, Op::kAppend,
-    Op::kMultiGet, Op::kMultiSet,  Op::kCancelWait};
+    Op::kSet,      Op::kCompareSet, Op::kGet,       Op::kAdd,       Op::kCheck,
+    Op::kWait,     Op::kNumKeys,    Op::kWatchKey,  Op::kDeleteKey, Op::kAppend,
+    Op::kMultiGet, Op::kMultiSet,   Op::kCancelWait};
 constexpr std::array<Op, 17> kModern = {
-    Op::kValidate,  Op::kSet,        Op::kCompareSet, Op::kGet,      Op::kAdd,
-    Op::kCheck,     Op::kWait,       Op::kNumKeys,    Op::kDeleteKey, Op::kAppend,
-    Op::kMultiGet,  Op::kMultiSet,   Op::kCancelWait, Op::kPing,     Op::kQueuePush,
-    Op::kQueuePop,  Op::kQueueLen};
+    Op::kValidate,   Op::kSet,     Op::kCompareSet, Op::kGet,      Op::kAdd,      Op::kCheck,
+    Op::kWait,       Op::kNumKeys, Op::kDeleteKey,  Op::kAppend,   Op::kMultiGet, Op::kMultiSet,
+    Op::kCancelWait, Op::kPing,    Op::kQueuePush,  Op::kQueuePop, Op::kQueueLen};
 
 template <std::size_t N>
 std::optional<uint8_t> index_of(const std::array<Op, N>& table, Op op) {
@@ -40,27 +40,13 @@ std::optional<uint8_t> encode_op(Dialect dialect, Op op) {
 }
 
 const char* op_name(Op op) {
-  switch (op) {
-    case Op::kValidate: return "VALIDATE";
-    case Op::kSet: return "SET";
-    case Op::kCompareSet: return "COMPARE_SET";
-    case Op::kGet: return "GET";
-    case Op::kAdd: return "ADD";
-    case Op::kCheck: return "CHECK";
-    case Op::kWait: return "WAIT";
-    case Op::kNumKeys: return "GETNUMKEYS";
-    case Op::kWatchKey: return "WATCH_KEY";
-    case Op::kDeleteKey: return "DELETE_KEY";
-    case Op::kAppend: return "APPEND";
-    case Op::kMultiGet: return "MULTI_GET";
-    case Op::kMultiSet: return "MULTI_SET";
-    case Op::kCancelWait: return "CANCEL_WAIT";
-    case Op::kPing: return "PING";
-    case Op::kQueuePush: return "QUEUE_PUSH";
-    case Op::kQueuePop: return "QUEUE_POP";
-    case Op::kQueueLen: return "QUEUE_LEN";
-  }
-  return "?";
+  // In the order of Op.
+  static constexpr const char* kNames[] = {
+      "VALIDATE",  "SET",         "COMPARE_SET", "GET",        "ADD",       "CHECK",
+      "WAIT",      "GETNUMKEYS",  "WATCH_KEY",   "DELETE_KEY", "APPEND",    "MULTI_GET",
+      "MULTI_SET", "CANCEL_WAIT", "PING",        "QUEUE_PUSH", "QUEUE_POP", "QUEUE_LEN"};
+  static_assert(std::size(kNames) == static_cast<std::size_t>(Op::kQueueLen) + 1);
+  return kNames[static_cast<std::size_t>(op)];
 }
 
 const char* dialect_name(Dialect dialect) {
