@@ -173,9 +173,14 @@ struct Store::Impl {
   // Opens the connection and settles the protocol (first time: the probe) and the join token.
   void open(Clock::time_point deadline) {
     if (wanted == StoreProtocol::kAuto) {
-      dialect = probe(deadline);
-      wanted = dialect == Dialect::kModern ? StoreProtocol::kModern : StoreProtocol::kLegacy;
-      log::debug("rendezvous store at {} speaks the {} protocol", where(), to_string(wanted));
+      bool sure = true;
+      dialect = probe(deadline, sure);
+      const StoreProtocol found =
+          dialect == Dialect::kModern ? StoreProtocol::kModern : StoreProtocol::kLegacy;
+      // A probe that timed out is not remembered: a reconnection probes again.
+      if (sure) wanted = found;
+      log::debug("rendezvous store at {} speaks the {} protocol{}", where(), to_string(found),
+                 sure ? "" : " (it did not answer the probe in time)");
     } else {
       dialect = wanted == StoreProtocol::kModern ? Dialect::kModern : Dialect::kLegacy;
       fd = open_connection(host, port, deadline);
@@ -192,7 +197,7 @@ struct Store::Impl {
   // know no PING and close the connection after the count). A 1.13/2.0 server reads the bytes
   // after its query byte 0 (its SET) as a key length; the nonce's bit 15 makes that length at
   // least 2^63, which it rejects at once without allocating, and it closes the connection.
-  Dialect probe(Clock::time_point deadline) {
+  Dialect probe(Clock::time_point deadline, bool& sure) {
     fd = open_connection(host, port, deadline);
     std::random_device rd;
     const uint32_t nonce = (rd() & 0xFFFF7FFFU) | 0x8000U;
@@ -206,6 +211,7 @@ struct Store::Impl {
     const Got got = read_exact(fd, count, sizeof(count), probe_deadline);
     if (got != Got::kOk) {
       // 1.13/2.0: it closed the connection, or waits for more bytes of what it took for a SET.
+      sure = got == Got::kClosed;
       drop();
       fd = open_connection(host, port, deadline);
       return Dialect::kLegacy;
@@ -321,6 +327,9 @@ struct Store::Impl {
     } catch (const StoreError& e) {
       drop();
       throw StoreError("rendezvous store at " + where() + ": " + what + " failed: " + e.what());
+    } catch (...) {
+      drop();  // never leave a connection in the middle of an answer
+      throw;
     }
   }
 };

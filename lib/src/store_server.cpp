@@ -37,6 +37,9 @@ using store::Writer;
 constexpr uint64_t kListenerId = 0;
 constexpr uint64_t kWakeId = 1;
 constexpr std::size_t kReadChunk = 64 * 1024;
+// A connection that has not presented the join token may send only small requests: the
+// handshake queries and a token of at most 4 KiB.
+constexpr std::size_t kUnadmittedBytes = 16 * 1024;
 
 std::string errno_text(int err) { return std::strerror(err); }
 
@@ -115,6 +118,7 @@ struct Connection {
   bool closing = false;  // close once `out` is flushed; read nothing more
   std::string in;
   std::size_t in_pos = 0;  // requests before it are served
+  std::size_t need = 0;    // bytes `in` must hold before the next request can be complete
   std::string out;
   std::size_t out_pos = 0;
   std::size_t awaited = 0;                // keys a WAIT still waits for
@@ -142,6 +146,9 @@ struct StoreServer::Impl {
   std::unordered_map<std::string, std::vector<uint64_t>> waiting;   // key -> connections
   std::unordered_map<std::string, std::vector<uint64_t>> watchers;  // key -> connections
 
+  store::Limits unadmitted_limits{256, 4096, 0};
+  bool listener_paused = false;  // out of file descriptors: accept again once one closes
+
   std::atomic<uint64_t> accepted{0}, refused{0}, protocol_errors{0}, open{0};
 
   explicit Impl(const StoreServerOptions& o) : options(o) {
@@ -168,6 +175,11 @@ struct StoreServer::Impl {
   std::string join(Connection& c, const std::string& token);
   // Closes a connection that is not admitted (after a log line); returns `unread`.
   std::size_t refuse(Connection& c, Op op, std::size_t unread);
+  // The request is not all there: remembers how much must arrive first; returns 0.
+  static std::size_t incomplete(Connection& c, const Reader& r) {
+    c.need = c.in_pos + r.needed();
+    return 0;
+  }
 };
 
 void StoreServer::Impl::listen_on(int wanted_port) {
@@ -220,12 +232,14 @@ void StoreServer::Impl::listen_on(int wanted_port) {
 }
 
 void StoreServer::Impl::update_interest(uint64_t id, Connection& c) {
-  const bool want = c.out_pos < c.out.size();
+  // A closing connection waits for EPOLLOUT only: on_writable closes it once its answers are out
+  // (at once when there are none left).
+  const bool want = c.out_pos < c.out.size() || c.closing;
   // A connection with a backlog of answers is not read until the client takes them.
   const bool backlog = c.out.size() - c.out_pos > limits.max_value + kReadChunk;
   epoll_event ev{};
   ev.data.u64 = id;
-  ev.events = (want ? EPOLLOUT : 0U) | (backlog || c.closing ? 0U : EPOLLIN) | EPOLLRDHUP;
+  ev.events = (want ? EPOLLOUT : 0U) | (backlog || c.closing ? 0U : EPOLLIN | EPOLLRDHUP);
   epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c.fd, &ev);
   c.want_write = want;
 }
@@ -265,6 +279,13 @@ void StoreServer::Impl::close_conn(uint64_t id) {
   close(c.fd);
   conns.erase(it);
   --open;
+  if (listener_paused) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kListenerId;
+    epoll_ctl(epoll_fd, EPOLL_CTL_MOD, listen_fd, &ev);
+    listener_paused = false;
+  }
 }
 
 void StoreServer::Impl::clear_wait(uint64_t id, Connection& c) {
@@ -363,7 +384,7 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
       c.dialect = Dialect::kLegacy;
     }
   }
-  Reader r(in, limits);
+  Reader r(in, c.admitted ? limits : unadmitted_limits);
   uint8_t byte = 0;
   r.u8(byte);
   const auto op = store::decode_op(*c.dialect, byte);
@@ -378,13 +399,13 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
   switch (*op) {
     case Op::kValidate: {
       uint32_t magic = 0;
-      if (!r.value(magic)) return 0;
+      if (!r.value(magic)) return incomplete(c, r);
       if (magic != store::kValidationMagic) throw ProtocolError("a wrong validation number");
       break;
     }
     case Op::kPing: {
       uint32_t nonce = 0;
-      if (!r.value(nonce)) return 0;
+      if (!r.value(nonce)) return incomplete(c, r);
       out.value(nonce);
       break;
     }
@@ -392,12 +413,14 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
       out.value<int64_t>(static_cast<int64_t>(data.size()));
       break;
     case Op::kCompareSet: {
-      if (!r.key(key) || !r.payload(a) || !r.payload(b)) return 0;
+      if (!r.key(key)) return incomplete(c, r);
+      // Refused before the values are read: they may be large.
+      if (!c.admitted && key != kJoinKey) return refuse(c, *op, in.size());
+      if (!r.payload(a) || !r.payload(b)) return incomplete(c, r);
       if (key == kJoinKey) {
         out.bytes(join(c, a));
         break;
       }
-      if (!c.admitted) return refuse(c, *op, in.size());
       auto pos = data.find(key);
       if (pos == data.end()) {
         if (a.empty()) {
@@ -423,7 +446,7 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
       if (!c.admitted) return refuse(c, *op, in.size());
       switch (*op) {
         case Op::kSet: {
-          if (!r.key(key) || !r.payload(a)) return 0;
+          if (!r.key(key) || !r.payload(a)) return incomplete(c, r);
           auto pos = data.find(key);
           const bool created = pos == data.end();
           std::string old = created ? std::string() : std::move(pos->second);
@@ -432,14 +455,14 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
           break;
         }
         case Op::kGet: {
-          if (!r.key(key)) return 0;
+          if (!r.key(key)) return incomplete(c, r);
           auto pos = data.find(key);
           out.bytes(pos == data.end() ? std::string_view() : std::string_view(pos->second));
           break;
         }
         case Op::kAdd: {
           int64_t delta = 0;
-          if (!r.key(key) || !r.value(delta)) return 0;
+          if (!r.key(key) || !r.value(delta)) return incomplete(c, r);
           auto pos = data.find(key);
           const bool created = pos == data.end();
           int64_t value = delta;
@@ -449,7 +472,8 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
             errno = 0;
             char* end = nullptr;
             const long long current = std::strtoll(old.c_str(), &end, 10);
-            if (old.empty() || end != old.c_str() + old.size() || errno != 0) {
+            // torch's std::stoll: a leading integer is enough ("5x" counts as 5).
+            if (end == old.c_str() || errno != 0) {
               throw ProtocolError("ADD on key '" + key + "', whose value is not an integer");
             }
             value =
@@ -464,14 +488,24 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
         case Op::kWait:
         case Op::kMultiGet: {
           uint64_t n = 0;
-          if (!r.count(n)) return 0;
+          if (!r.count(n)) return incomplete(c, r);
           std::vector<std::string> keys(static_cast<std::size_t>(n));
           for (auto& k : keys) {
-            if (!r.key(k)) return 0;
+            if (!r.key(k)) return incomplete(c, r);
           }
           if (*op == Op::kCheck) {
             out.u8(keys_present(keys) ? store::kCheckReady : store::kCheckNotReady);
           } else if (*op == Op::kMultiGet) {
+            std::size_t size = 0;
+            for (const auto& k : keys) {
+              auto pos = data.find(k);
+              size += 8 + (pos == data.end() ? 0 : pos->second.size());
+            }
+            if (size > options.max_request_bytes) {
+              throw ProtocolError("a MULTI_GET whose answer would be " + std::to_string(size) +
+                                  " bytes (the limit is " +
+                                  std::to_string(options.max_request_bytes) + ")");
+            }
             for (const auto& k : keys) {
               auto pos = data.find(k);
               out.bytes(pos == data.end() ? std::string_view() : std::string_view(pos->second));
@@ -490,7 +524,7 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
           break;
         }
         case Op::kDeleteKey: {
-          if (!r.key(key)) return 0;
+          if (!r.key(key)) return incomplete(c, r);
           auto pos = data.find(key);
           int64_t deleted = 0;
           if (pos != data.end()) {
@@ -509,7 +543,7 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
           break;
         }
         case Op::kAppend: {
-          if (!r.key(key) || !r.payload(a)) return 0;
+          if (!r.key(key) || !r.payload(a)) return incomplete(c, r);
           auto pos = data.find(key);
           const bool created = pos == data.end();
           if (created) {
@@ -525,10 +559,10 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
         }
         case Op::kMultiSet: {
           uint64_t n = 0;
-          if (!r.count(n)) return 0;
+          if (!r.count(n)) return incomplete(c, r);
           std::vector<std::pair<std::string, std::string>> kvs(static_cast<std::size_t>(n));
           for (auto& [k, v] : kvs) {
-            if (!r.key(k) || !r.payload(v)) return 0;
+            if (!r.key(k) || !r.payload(v)) return incomplete(c, r);
           }
           for (auto& [k, v] : kvs) {
             auto pos = data.find(k);
@@ -544,18 +578,18 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
           out.u8(store::kWaitCanceled);
           break;
         case Op::kWatchKey:
-          if (!r.key(key)) return 0;
+          if (!r.key(key)) return incomplete(c, r);
           watchers[key].push_back(id);
           c.watched_keys.push_back(key);
           out.u8(store::kWatchCallbackRegistered);
           break;
         case Op::kQueuePush:
-          if (!r.key(key) || !r.payload(a)) return 0;
+          if (!r.key(key) || !r.payload(a)) return incomplete(c, r);
           queues[key].push_back(std::move(a));
           wake_one(key);
           break;
         case Op::kQueuePop: {
-          if (!r.key(key)) return 0;
+          if (!r.key(key)) return incomplete(c, r);
           auto q = queues.find(key);
           const int64_t size = q == queues.end() ? 0 : static_cast<int64_t>(q->second.size());
           out.value<int64_t>(size);
@@ -567,7 +601,7 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
           break;
         }
         case Op::kQueueLen: {
-          if (!r.key(key)) return 0;
+          if (!r.key(key)) return incomplete(c, r);
           auto q = queues.find(key);
           out.value<int64_t>(q == queues.end() ? 0 : static_cast<int64_t>(q->second.size()));
           break;
@@ -599,8 +633,16 @@ void StoreServer::Impl::accept_all() {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE) {
-        ddp::log::warn("rendezvous store: out of file descriptors ({}); raise the nofile limit",
-                       errno_text(errno));
+        // Level-triggered: the listener would fire again at once. Accept again once a
+        // connection closes.
+        ddp::log::warn(
+            "rendezvous store: out of file descriptors ({}) with {} connections open; new "
+            "connections wait until one closes (raise the nofile limit)",
+            errno_text(errno), conns.size());
+        epoll_event ev{};
+        ev.data.u64 = kListenerId;
+        epoll_ctl(epoll_fd, EPOLL_CTL_MOD, listen_fd, &ev);
+        listener_paused = true;
       }
       return;  // EAGAIN: none left
     }
@@ -617,8 +659,8 @@ void StoreServer::Impl::accept_all() {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    c.admitted =
-        options.join_token.empty() || is_loopback(c.peer_ip) || admitted_ips.count(c.peer_ip) != 0;
+    c.admitted = options.join_token.empty() || admitted_ips.count(c.peer_ip) != 0 ||
+                 (options.admit_local && is_loopback(c.peer_ip));
     const uint64_t id = next_id++;
     epoll_event ev{};
     ev.data.u64 = id;
@@ -664,8 +706,8 @@ void StoreServer::Impl::on_readable(uint64_t id) {
   Connection& c = it->second;
   bool eof = false;
   char chunk[kReadChunk];
-  for (;;) {
-    if (c.in.size() > options.max_request_bytes) break;
+  const std::size_t input_limit = c.admitted ? options.max_request_bytes : kUnadmittedBytes;
+  while (c.in.size() <= input_limit) {
     const ssize_t n = recv(c.fd, chunk, sizeof(chunk), 0);
     if (n > 0) {
       c.in.append(chunk, static_cast<std::size_t>(n));
@@ -678,20 +720,26 @@ void StoreServer::Impl::on_readable(uint64_t id) {
     break;
   }
   try {
-    bool incomplete = false;
-    while (!c.closing && c.out.size() - c.out_pos <= limits.max_value + kReadChunk) {
+    bool incomplete_request = false;
+    // A request whose bytes have not all arrived is not parsed again until they have.
+    while (!c.closing && c.in.size() >= c.need &&
+           c.out.size() - c.out_pos <= limits.max_value + kReadChunk) {
       const std::size_t n = serve_one(id, c);
       if (n == 0) {
-        incomplete = true;
+        incomplete_request = true;
         break;
       }
       c.in_pos += n;
+      c.need = 0;
     }
+    c.need -= std::min(c.need, c.in_pos);
     c.in.erase(0, c.in_pos);
     c.in_pos = 0;
-    if (incomplete && c.in.size() > options.max_request_bytes) {
-      throw ProtocolError("a request larger than " + std::to_string(options.max_request_bytes) +
-                          " bytes");
+    incomplete_request = incomplete_request || c.in.size() < c.need;
+    const std::size_t limit = c.admitted ? options.max_request_bytes : kUnadmittedBytes;
+    if (incomplete_request && (c.in.size() > limit || c.need > limit)) {
+      throw ProtocolError("a request larger than " + std::to_string(limit) + " bytes" +
+                          (c.admitted ? "" : " before presenting the join token"));
     }
   } catch (const ProtocolError& e) {
     ++protocol_errors;
@@ -704,16 +752,12 @@ void StoreServer::Impl::on_readable(uint64_t id) {
     close_conn(id);
     return;
   }
-  if (c.closing) {
-    c.in.clear();
-    if (c.out_pos == c.out.size()) {
-      close_conn(id);
-    } else {
-      update_interest(id, c);
-    }
+  if (eof || (c.closing && c.out_pos == c.out.size())) {
+    close_conn(id);
     return;
   }
-  if (eof) close_conn(id);
+  if (c.closing) c.in.clear();
+  update_interest(id, c);
 }
 
 void StoreServer::Impl::run() {
@@ -758,7 +802,13 @@ StoreServer::StoreServer(const StoreServerOptions& options)
   epoll_ctl(s.epoll_fd, EPOLL_CTL_ADD, s.listen_fd, &ev);
   ev.data.u64 = kWakeId;
   epoll_ctl(s.epoll_fd, EPOLL_CTL_ADD, s.wake_fd, &ev);
-  if (!options.join_token.empty()) s.admitted_ips = local_addresses();
+  if (!options.join_token.empty() && options.admit_local) s.admitted_ips = local_addresses();
+  // Leave the process (the agent: its pipes, its workers) descriptors of its own.
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    const auto usable = lim.rlim_cur > 512 ? lim.rlim_cur - 256 : lim.rlim_cur / 2;
+    s.options.max_connections = std::min<std::size_t>(s.options.max_connections, usable);
+  }
   s.loop = std::thread([&s] { s.run(); });
 }
 

@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -64,6 +66,20 @@ class Raw {
       got += static_cast<std::size_t>(r);
     }
     return out;
+  }
+  void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
+  // Reads (and drops) everything until the server closes the connection; false at `limit`.
+  bool drained_to_eof(std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    char buf[4096];
+    for (;;) {
+      pollfd p{fd_, POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+      const ssize_t r = recv(fd_, buf, sizeof(buf), 0);
+      if (r <= 0) return true;
+    }
   }
   // Whether the server closed the connection within `limit`.
   bool closed(std::chrono::milliseconds limit = 5s) {
@@ -292,6 +308,85 @@ TEST(StoreServer, JoinTokenAdmitsOnlyAgentsThatPresentIt) {
   StoreServer open_server({});
   EXPECT_THROW(Store::connect("127.0.0.1", open_server.port(), 5s, {std::string("s3cret")}),
                JoinRefusedError);
+}
+
+// A connection that has not presented the token (admit_local=false makes loopback such a one).
+StoreServerOptions strict() {
+  StoreServerOptions options;
+  options.join_token = "s3cret";
+  options.admit_local = false;
+  return options;
+}
+
+double cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
+
+TEST(StoreServer, AConnectionWithoutTheTokenMayOnlyHandshake) {
+  StoreServer server(strict());
+  {
+    Raw c(server.port());
+    Writer ping;
+    ping.u8(code(Dialect::kModern, Op::kPing)).value<uint32_t>(7);
+    Writer num;
+    num.u8(code(Dialect::kModern, Op::kNumKeys));
+    ASSERT_TRUE(c.send(validate() + ping.data() + num.data()));
+    EXPECT_EQ(c.read(12).size(), 12u);
+    Writer set;
+    set.u8(code(Dialect::kModern, Op::kSet)).bytes("k").bytes("v");
+    ASSERT_TRUE(c.send(set.data()));
+    EXPECT_TRUE(c.closed());
+  }
+  {
+    // A COMPARE_SET on another key is refused on its key, before its (declared 64 MiB) values.
+    Raw c(server.port());
+    Writer cas;
+    cas.u8(code(Dialect::kModern, Op::kCompareSet)).bytes("k").value<uint64_t>(64 << 20);
+    ASSERT_TRUE(c.send(validate() + cas.data()));
+    EXPECT_TRUE(c.closed());
+  }
+  {
+    // A token longer than 4 KiB is not buffered.
+    Raw c(server.port());
+    Writer cas;
+    cas.u8(code(Dialect::kModern, Op::kCompareSet))
+        .bytes(StoreServer::kJoinKey)
+        .value<uint64_t>(1 << 20);
+    ASSERT_TRUE(c.send(validate() + cas.data()));
+    EXPECT_TRUE(c.closed());
+  }
+  EXPECT_EQ(server.stats().refused, 2u);
+  EXPECT_EQ(server.stats().protocol_errors, 1u);
+  // The token admits it.
+  EXPECT_NO_THROW(Store::connect("127.0.0.1", server.port(), 5s, {std::string("s3cret")}));
+}
+
+TEST(StoreServer, AHalfClosedRefusedClientThatReadsNothingIsClosedWithoutSpinning) {
+  StoreServer server(strict());
+  Raw c(server.port());
+  Writer ping;
+  ping.u8(code(Dialect::kModern, Op::kPing)).value<uint32_t>(7);
+  std::string flood = validate();
+  // 20 MB of pongs it does not read: more than the socket buffers hold.
+  for (int i = 0; i < 5000000; ++i) flood += ping.data();
+  Writer set;
+  set.u8(code(Dialect::kModern, Op::kSet)).bytes("k").bytes("v");
+  ASSERT_TRUE(c.send(flood + set.data()));
+  c.shutdown_write();
+  // Once the SET is refused the server has read the whole flood: from then on it has nothing
+  // to do but wait for the client to read.
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (server.stats().refused == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(server.stats().refused, 1u);
+  std::this_thread::sleep_for(200ms);
+  const double before = cpu_seconds();
+  std::this_thread::sleep_for(1s);
+  EXPECT_LT(cpu_seconds() - before, 0.5) << "the server's thread spins";
+  EXPECT_TRUE(c.drained_to_eof(10s));
 }
 
 TEST(StoreServer, ClientFallsBackToThe113ProtocolWhenTheServerClosesOnTheProbe) {

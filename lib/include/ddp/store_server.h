@@ -21,8 +21,9 @@
 namespace ddp {
 
 struct StoreServerOptions {
-  int port = 0;            // 0: any free port
-  std::string join_token;  // empty: every address may connect (torchrun's behaviour)
+  int port = 0;             // 0: any free port
+  std::string join_token;   // empty: every address may connect (torchrun's behaviour)
+  bool admit_local = true;  // with a token: this host's own addresses (its workers) need none
   std::size_t max_key_bytes = 64 * 1024;
   std::size_t max_value_bytes = 64 * 1024 * 1024;
   std::size_t max_keys_per_query = 128 * 1024;

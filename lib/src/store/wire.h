@@ -116,7 +116,7 @@ class Reader {
   bool u8(uint8_t& v) { return value(v); }
   template <typename T>
   bool value(T& v) {
-    if (data_.size() - pos_ < sizeof(T)) return false;
+    if (data_.size() - pos_ < sizeof(T)) return missing(sizeof(T));
     std::memcpy(&v, data_.data() + pos_, sizeof(T));
     pos_ += sizeof(T);
     return true;
@@ -132,8 +132,15 @@ class Reader {
     return true;
   }
   std::size_t consumed() const { return pos_; }
+  // After a read returned false: how many bytes from the start of the data the request needs
+  // at least, so that a caller need not parse it again before they have arrived.
+  std::size_t needed() const { return needed_; }
 
  private:
+  bool missing(std::size_t n) {
+    needed_ = pos_ + n;
+    return false;
+  }
   bool sized(std::string& out, std::size_t limit, const char* what) {
     uint64_t n = 0;
     if (!value(n)) return false;
@@ -141,7 +148,7 @@ class Reader {
       throw ProtocolError(std::string("a ") + what + " of " + std::to_string(n) +
                           " bytes (the limit is " + std::to_string(limit) + ")");
     }
-    if (data_.size() - pos_ < n) return false;
+    if (data_.size() - pos_ < n) return missing(static_cast<std::size_t>(n));
     out.assign(data_.data() + pos_, static_cast<std::size_t>(n));
     pos_ += static_cast<std::size_t>(n);
     return true;
@@ -150,6 +157,7 @@ class Reader {
   std::string_view data_;
   const Limits& limits_;
   std::size_t pos_ = 0;
+  std::size_t needed_ = 0;
 };
 
 }  // namespace ddp::store
