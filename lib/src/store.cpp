@@ -1,6 +1,7 @@
 #include "ddp/store.h"
 
-#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -86,44 +87,15 @@ void write_all(int fd, const std::string& data, Clock::time_point deadline) {
   }
 }
 
-// One TCP connection to host:port, or why not.
+// One TCP connection to host:port (TCP_NODELAY: requests are small and answered at once).
 int open_connection(const std::string& host, int port, Clock::time_point deadline) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  const std::string service = std::to_string(port);
-  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
-    throw StoreError("cannot resolve '" + host + "': " + gai_strerror(rc));
-  }
-  std::string why = "no address";
-  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-    const int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      if (poll(&p, 1, std::max(1, millis_until(deadline))) == 1) {
-        int err = 0;
-        socklen_t len = sizeof(err);
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        rc = err == 0 ? 0 : -1;
-        errno = err;
-      } else {
-        errno = ETIMEDOUT;
-      }
-    }
-    if (rc == 0) {
-      freeaddrinfo(found);
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof(one));
-      return fd;
-    }
-    why = net::numeric_address(ai->ai_addr) + ":" + service + ": " + std::strerror(errno);
-    close(fd);
-  }
-  freeaddrinfo(found);
-  throw StoreError(why);
+  std::string why;
+  const int fd =
+      net::connect_tcp(host, port, milliseconds(std::max(1, millis_until(deadline))), why);
+  if (fd < 0) throw StoreError(why);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
 }
 
 StoreProtocol protocol_from_env(StoreProtocol asked) {

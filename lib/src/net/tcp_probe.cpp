@@ -26,23 +26,25 @@ std::string numeric_address(const sockaddr* addr) {
   return inet_ntop(addr->sa_family, raw, text, sizeof(text)) != nullptr ? text : "";
 }
 
-std::string probe_tcp(const std::string& host, int port, std::chrono::milliseconds limit) {
+int connect_tcp(const std::string& host, int port, std::chrono::milliseconds limit,
+                std::string& why) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   const std::string service = std::to_string(port);
   if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
-    return "cannot resolve '" + host + "': " + gai_strerror(rc);
+    why = "cannot resolve '" + host + "': " + gai_strerror(rc);
+    return -1;
   }
-  std::string why = "no address";
+  why = "no address";
   for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
     const int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) continue;
     int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
     if (rc != 0 && errno == EINPROGRESS) {
       pollfd p{fd, POLLOUT, 0};
-      if (poll(&p, 1, static_cast<int>(limit.count())) == 1) {
+      if (poll(&p, 1, static_cast<int>(std::max<long long>(1, limit.count()))) == 1) {
         int err = 0;
         socklen_t len = sizeof(err);
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
@@ -52,15 +54,22 @@ std::string probe_tcp(const std::string& host, int port, std::chrono::millisecon
         errno = ETIMEDOUT;
       }
     }
-    const int saved = errno;
-    close(fd);
     if (rc == 0) {
       freeaddrinfo(found);
-      return "";
+      why.clear();
+      return fd;
     }
-    why = numeric_address(ai->ai_addr) + ":" + service + ": " + std::strerror(saved);
+    why = numeric_address(ai->ai_addr) + ":" + service + ": " + std::strerror(errno);
+    close(fd);
   }
   freeaddrinfo(found);
+  return -1;
+}
+
+std::string probe_tcp(const std::string& host, int port, std::chrono::milliseconds limit) {
+  std::string why;
+  const int fd = connect_tcp(host, port, limit, why);
+  if (fd >= 0) close(fd);
   return why;
 }
 

@@ -13,6 +13,12 @@
 
 namespace ddp::net {
 
+// A connected TCP socket (non-blocking, close-on-exec) to the first address of `host` that
+// accepts, or -1 with `why` saying why not ("cannot resolve 'h': ...", or
+// "10.0.0.1:29500: Connection refused"). Each attempt waits at most `limit` for the handshake.
+int connect_tcp(const std::string& host, int port, std::chrono::milliseconds limit,
+                std::string& why);
+
 // "" once a connection to some address of `host` succeeded (it is closed at once), else why
 // not: "cannot resolve 'h': ...", or "10.0.0.1:29500: Connection refused". Each attempt
 // waits at most `limit` for the handshake.
