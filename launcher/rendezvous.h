@@ -1,7 +1,7 @@
 #pragma once
 // The agents' meeting point (store_rendezvous.h implements it): the node-rank-0 agent (or the c10d
-// endpoint's host) serves the store (ddp::StoreServer); every agent connects to it (retrying DNS and
-// connection until the join timeout, since a pod's peers and their DNS records appear in any
+// endpoint's host) serves the store (ddp::StoreServer); every agent connects to it (retrying DNS
+// and connection until the join timeout, since a pod's peers and their DNS records appear in any
 // order) and presents the job's join token, if any.
 //
 // Rounds: the job runs in rounds 0, 1, ...; a restart moves every node to the next round, and
