@@ -66,21 +66,25 @@ TEST(StoreInterop, TorchClientsPassAgainstTheServer) {
   EXPECT_EQ(server.stats().protocol_errors, 0u);
 }
 
-// A torch server on a free port, and the port it printed.
-int serve(ChildProcess& p) {
-  EXPECT_TRUE(p.wait_for_output("port ", 120s)) << p.output();
-  std::smatch m;
-  const std::string out = p.output();
-  if (!std::regex_search(out, m, std::regex("port (\\d+)"))) return -1;
-  return std::stoi(m[1]);
-}
+// torch's own TCPStore server (store_conformance.py serve) on a free port, and the port it printed
+// (-1 if it printed none).
+struct TorchServer {
+  explicit TorchServer(const Torch& t) : process(argv_of(t, {kScript, "serve"}), torch_env()) {
+    EXPECT_TRUE(process.wait_for_output("port ", 120s)) << process.output();
+    std::smatch m;
+    const std::string out = process.output();
+    if (std::regex_search(out, m, std::regex("port (\\d+)"))) port = std::stoi(m[1]);
+  }
+  ChildProcess process;
+  int port = -1;
+};
 
 TEST(StoreInterop, ClientPassesAgainstTorchServers) {
   REQUIRE_ROOT();
   for (const auto& t : torches()) {
     SCOPED_TRACE(t.name);
-    ChildProcess server(argv_of(t, {kScript, "serve"}), torch_env());
-    const int port = serve(server);
+    TorchServer server(t);
+    const int port = server.port;
     ASSERT_GT(port, 0);
     auto store = ddp::Store::connect("127.0.0.1", port, 10s);
     const bool modern = std::string(t.name) != "torch 1.13";
@@ -134,8 +138,8 @@ TEST(StoreInterop, TrainMnistRunsUnderATorchHostedStore) {
   REQUIRE_ROOT();
   for (const auto& t : torches()) {
     SCOPED_TRACE(t.name);
-    ChildProcess server(argv_of(t, {kScript, "serve"}), torch_env());
-    const int port = serve(server);
+    TorchServer server(t);
+    const int port = server.port;
     ASSERT_GT(port, 0);
     std::vector<std::unique_ptr<ChildProcess>> ranks;
     for (int r = 0; r < 2; ++r) {
