@@ -19,6 +19,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "ddp/error.h"
@@ -168,6 +169,10 @@ struct StoreServer::Impl {
   // Parses and serves one request from the front of c.in: the bytes it used, 0 if incomplete.
   std::size_t serve_one(uint64_t id, Connection& c);
   bool keys_present(const std::vector<std::string>& keys) const;
+  // Stores `value` at `key`, then wakes its waiters and tells its watchers (created or updated).
+  void put(const std::string& key, std::string value);
+  // The key's value, empty when it is missing (as torch's libuv server answers).
+  std::string_view value_of(const std::string& key) const;
   void changed(const std::string& key, uint8_t watch_type, const std::string& old_value,
                const std::string& new_value);
   void wake_one(const std::string& key);
@@ -307,6 +312,22 @@ bool StoreServer::Impl::keys_present(const std::vector<std::string>& keys) const
   });
 }
 
+void StoreServer::Impl::put(const std::string& key, std::string value) {
+  auto pos = data.find(key);
+  if (pos == data.end()) {
+    const std::string& stored = data[key] = std::move(value);
+    changed(key, store::kWatchKeyCreated, "", stored);
+  } else {
+    std::string old = std::exchange(pos->second, std::move(value));
+    changed(key, store::kWatchKeyUpdated, old, pos->second);
+  }
+}
+
+std::string_view StoreServer::Impl::value_of(const std::string& key) const {
+  auto pos = data.find(key);
+  return pos == data.end() ? std::string_view() : std::string_view(pos->second);
+}
+
 // A key was created or changed: wake its waiters, tell its watchers (1.13's watchKey).
 void StoreServer::Impl::changed(const std::string& key, uint8_t watch_type,
                                 const std::string& old_value, const std::string& new_value) {
@@ -422,23 +443,12 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
         break;
       }
       auto pos = data.find(key);
-      if (pos == data.end()) {
-        if (a.empty()) {
-          data[key] = b;
-          out.bytes(b);
-          changed(key, store::kWatchKeyCreated, "", b);
-        } else {
-          out.bytes(a);  // torch answers `expected` for a missing key
-        }
+      if (pos == data.end() ? a.empty() : pos->second == a) {
+        out.bytes(b);
+        put(key, std::move(b));
       } else {
-        if (pos->second == a) {
-          std::string old = std::move(pos->second);
-          pos->second = b;
-          out.bytes(b);
-          changed(key, store::kWatchKeyUpdated, old, b);
-        } else {
-          out.bytes(pos->second);
-        }
+        // torch answers `expected` for a missing key, else the current value
+        out.bytes(pos == data.end() ? std::string_view(a) : std::string_view(pos->second));
       }
       break;
     }
@@ -447,28 +457,20 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
       switch (*op) {
         case Op::kSet: {
           if (!r.key(key) || !r.payload(a)) return incomplete(c, r);
-          auto pos = data.find(key);
-          const bool created = pos == data.end();
-          std::string old = created ? std::string() : std::move(pos->second);
-          data[key] = a;
-          changed(key, created ? store::kWatchKeyCreated : store::kWatchKeyUpdated, old, a);
+          put(key, std::move(a));
           break;
         }
         case Op::kGet: {
           if (!r.key(key)) return incomplete(c, r);
-          auto pos = data.find(key);
-          out.bytes(pos == data.end() ? std::string_view() : std::string_view(pos->second));
+          out.bytes(value_of(key));
           break;
         }
         case Op::kAdd: {
           int64_t delta = 0;
           if (!r.key(key) || !r.value(delta)) return incomplete(c, r);
-          auto pos = data.find(key);
-          const bool created = pos == data.end();
           int64_t value = delta;
-          std::string old;
-          if (!created) {
-            old = pos->second;
+          if (auto pos = data.find(key); pos != data.end()) {
+            const std::string& old = pos->second;
             errno = 0;
             char* end = nullptr;
             const long long current = std::strtoll(old.c_str(), &end, 10);
@@ -479,9 +481,8 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
             value =
                 static_cast<int64_t>(static_cast<uint64_t>(current) + static_cast<uint64_t>(delta));
           }
-          data[key] = std::to_string(value);
+          put(key, std::to_string(value));
           out.value<int64_t>(value);
-          changed(key, created ? store::kWatchKeyCreated : store::kWatchKeyUpdated, old, data[key]);
           break;
         }
         case Op::kCheck:
@@ -496,20 +497,19 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
           if (*op == Op::kCheck) {
             out.u8(keys_present(keys) ? store::kCheckReady : store::kCheckNotReady);
           } else if (*op == Op::kMultiGet) {
+            std::vector<std::string_view> values;
+            values.reserve(keys.size());
             std::size_t size = 0;
             for (const auto& k : keys) {
-              auto pos = data.find(k);
-              size += 8 + (pos == data.end() ? 0 : pos->second.size());
+              values.push_back(value_of(k));
+              size += 8 + values.back().size();
             }
             if (size > options.max_request_bytes) {
               throw ProtocolError("a MULTI_GET whose answer would be " + std::to_string(size) +
                                   " bytes (the limit is " +
                                   std::to_string(options.max_request_bytes) + ")");
             }
-            for (const auto& k : keys) {
-              auto pos = data.find(k);
-              out.bytes(pos == data.end() ? std::string_view() : std::string_view(pos->second));
-            }
+            for (const auto v : values) out.bytes(v);
           } else if (keys_present(keys)) {
             out.u8(store::kStopWaiting);
           } else {
@@ -564,13 +564,7 @@ std::size_t StoreServer::Impl::serve_one(uint64_t id, Connection& c) {
           for (auto& [k, v] : kvs) {
             if (!r.key(k) || !r.payload(v)) return incomplete(c, r);
           }
-          for (auto& [k, v] : kvs) {
-            auto pos = data.find(k);
-            const bool created = pos == data.end();
-            std::string old = created ? std::string() : std::move(pos->second);
-            data[k] = v;
-            changed(k, created ? store::kWatchKeyCreated : store::kWatchKeyUpdated, old, v);
-          }
+          for (auto& [k, v] : kvs) put(k, std::move(v));
           break;
         }
         case Op::kCancelWait:
