@@ -17,6 +17,7 @@ class InMemoryTransport final : public PeerTransport {
   int size() const override { return fabric_.size(); }
 
   void begin_op(const CollectiveSignature& signature) override {
+    if (!aborted_.empty()) throw CommError("collective", rank_, -1, "aborted: " + aborted_);
     if (in_op_) throw std::logic_error("begin_op inside an op");
     in_op_ = true;
     header_ = signature;
@@ -32,6 +33,10 @@ class InMemoryTransport final : public PeerTransport {
     sends_done_ = 0;
     exposed_.clear();
     in_op_ = false;
+  }
+
+  void abort(const std::string& reason) override {
+    if (aborted_.empty()) aborted_ = reason;
   }
 
   void expose(const void* data, std::size_t bytes) override {
@@ -120,6 +125,7 @@ class InMemoryTransport final : public PeerTransport {
   InMemoryNetwork& fabric_;
   int rank_;
   bool in_op_ = false;
+  std::string aborted_;  // why abort() was called, if it was
   CollectiveSignature header_;
   std::uint32_t sequence_ = 0;
   std::chrono::steady_clock::time_point deadline_;

@@ -1,6 +1,8 @@
-// The conformance suite every communicator backend must pass, parametrised by backend and world
-// size. Ranks are real forked processes on loopback. Data is integer-valued so every result is
-// exact in every dtype, including bfloat16 and float16.
+// The conformance suite every communicator backend must pass, parametrised by backend, world
+// size and topology. Ranks are real forked processes on loopback; DDP_TEST_HOST_ID makes them
+// nodes of several ranks each (2x2, 3x2, 2x3, 2x4, 4x1, and uneven), so that the hierarchical
+// collectives run as they do between pods. Data is integer-valued so every result is exact in
+// every dtype, including bfloat16 and float16.
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
@@ -119,11 +121,23 @@ void expect_equal(const Buffer& b, std::size_t i, double expected, Context&& con
 struct Param {
   std::string backend;
   int world_size;
+  // The node of each rank, played through DDP_TEST_HOST_ID; empty: every rank on this host.
+  std::vector<int> node_of = {};
+  bool hierarchical = false;  // what the backend must choose for this topology
 };
+
+std::string topology_name(const Param& p) {
+  if (p.node_of.empty()) return "";
+  std::vector<int> per_node(p.node_of.back() + 1);
+  for (int node : p.node_of) per_node[node]++;
+  std::string name = "_nodes";
+  for (int count : per_node) name += "_" + std::to_string(count);
+  return name;
+}
 
 // Readable and stable test names in ctest (the default prints the bytes, pointers included).
 void PrintTo(const Param& p, std::ostream* os) {
-  *os << p.backend << ", " << p.world_size << " ranks";
+  *os << p.backend << ", " << p.world_size << " ranks" << topology_name(p);
 }
 
 // The fabric backend picks shm on one host unless told to use TCP.
@@ -146,9 +160,21 @@ class Conformance : public ::testing::TestWithParam<Param> {
 
   void run(const std::function<void(Communicator&)>& body, CommOptions options = short_timeout(),
            std::chrono::milliseconds deadline = 120s) {
-    auto outcomes =
-        testing::run_with_communicators(server(), backend(), world(), options, deadline, body);
+    auto outcomes = connect_and_run(body, options, deadline);
     EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+  }
+  std::vector<testing::RankOutcome> connect_and_run(const std::function<void(Communicator&)>& body,
+                                                    CommOptions options,
+                                                    std::chrono::milliseconds deadline) {
+    return testing::run_with_communicators(server(), backend(), world(), options, deadline, body,
+                                           [this](int rank) { play_node(rank); });
+  }
+  // Makes this (child) process a rank of its node in the parameter's topology.
+  void play_node(int rank) const {
+    const auto& node_of = GetParam().node_of;
+    if (!node_of.empty()) {
+      ::setenv("DDP_TEST_HOST_ID", ("node" + std::to_string(node_of[rank])).c_str(), 1);
+    }
   }
   static CommOptions short_timeout() {
     CommOptions o;
@@ -364,8 +390,8 @@ TEST_P(Conformance, PeerKilledMidOpFailsSurvivors) {
   CommOptions options;
   options.timeout = 3s;
   const int victim = world() - 1;
-  auto outcomes = testing::run_with_communicators(
-      server(), backend(), world(), options, 30s, [&](Communicator& comm) {
+  auto outcomes = connect_and_run(
+      [&](Communicator& comm) {
         std::vector<float> warmup(1024, 1.0f);
         comm.allreduce(warmup, ReduceOp::kSum);
         std::vector<float> big(16u << 20, 1.0f);
@@ -387,7 +413,8 @@ TEST_P(Conformance, PeerKilledMidOpFailsSurvivors) {
           return;
         }
         require(false, "allreduce succeeded although a peer was killed");
-      });
+      },
+      options, 30s);
   EXPECT_TRUE(testing::only_victim_was_killed(outcomes, victim));
 }
 
@@ -425,6 +452,7 @@ TEST_P(Conformance, PeerLeavingRightAfterJoiningIsACommError) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     const std::string prefix = server().next_group_prefix();
     auto outcomes = testing::run_ranks(world(), 30s, [&](int rank) {
+      play_node(rank);
       auto store = server().connect_client(prefix);
       try {
         auto comm = create_communicator(backend(), store, rank, world(), options);
@@ -441,10 +469,52 @@ TEST_P(Conformance, PeerLeavingRightAfterJoiningIsACommError) {
   }
 }
 
+// Every rank knows the topology, and the backend runs the collectives the topology calls for.
+TEST_P(Conformance, TopologyDecidesHierarchicalCollectives) {
+  const Param param = GetParam();
+  run([&](Communicator& comm) {
+    const Topology& t = comm.topology();
+    const int nodes = param.node_of.empty() ? 1 : param.node_of.back() + 1;
+    require(t.size() == comm.size() && t.nodes() == nodes,
+            "topology " + t.describe() + ", expected " + std::to_string(nodes) + " nodes");
+    if (!param.node_of.empty()) {
+      require(t.node() == param.node_of[comm.rank()],
+              "rank is on node " + std::to_string(t.node()) + ", expected " +
+                  std::to_string(param.node_of[comm.rank()]));
+    }
+    require(comm.hierarchical() == param.hierarchical,
+            std::string("collectives are ") + (comm.hierarchical() ? "hierarchical" : "flat") +
+                " on " + t.describe());
+    // No rank leaves (closing its connections) while another may still be connecting.
+    comm.barrier();
+  });
+}
+
+std::vector<int> nodes_of(std::vector<int> per_node) {
+  std::vector<int> node_of;
+  for (std::size_t node = 0; node < per_node.size(); ++node) {
+    node_of.insert(node_of.end(), per_node[node], static_cast<int>(node));
+  }
+  return node_of;
+}
+
 std::vector<Param> all_params() {
   std::vector<Param> params;
   for (const auto& backend : available_backends()) {
     for (int world : {1, 2, 3, 4, 8}) params.push_back({backend, world});
+    // Nodes played by DDP_TEST_HOST_ID: hierarchical where every node holds the same number of
+    // ranks, more than one; flat with one rank per node and on uneven nodes.
+    for (auto [per_node, hierarchical] :
+         std::vector<std::pair<std::vector<int>, bool>>{{{2, 2}, true},
+                                                        {{2, 2, 2}, true},
+                                                        {{3, 3}, true},
+                                                        {{4, 4}, true},
+                                                        {{1, 1, 1, 1}, false},
+                                                        {{2, 1}, false}}) {
+      auto node_of = nodes_of(per_node);
+      params.push_back(
+          {backend, static_cast<int>(node_of.size()), std::move(node_of), hierarchical});
+    }
   }
   return params;
 }
@@ -452,7 +522,7 @@ std::vector<Param> all_params() {
 INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::ValuesIn(all_params()),
                          [](const ::testing::TestParamInfo<Param>& info) {
                            return info.param.backend + "_world" +
-                                  std::to_string(info.param.world_size);
+                                  std::to_string(info.param.world_size) + topology_name(info.param);
                          });
 
 }  // namespace

@@ -91,6 +91,25 @@ INSTANTIATE_TEST_SUITE_P(Gloo, GlooAlgorithm,
                          ::testing::Values("auto", "direct", "ring", "gloo_ring", "bcube"),
                          [](const auto& info) { return std::string(info.param); });
 
+// Two nodes of two ranks (DDP_TEST_HOST_ID) where libddp_fabric cannot open a transport
+// inside the node: the node level falls back to gloo's own pairs, and every collective is still
+// exact at every size.
+TEST(GlooBackend, HierarchicalOnGlooPairsWhereTheFabricModuleCannotServeTheNode) {
+  const std::string prefix = server().next_group_prefix();
+  auto outcomes = testing::run_ranks(4, 120s, [&](int rank) {
+    setenv("DDP_TEST_HOST_ID", rank < 2 ? "node0" : "node1", 1);
+    setenv("DDP_FABRIC_PROVIDER", "no-such-provider", 1);
+    auto comm =
+        create_communicator("gloo", server().connect_client(prefix), rank, 4, with_timeout(20s));
+    require(comm->hierarchical(), "collectives are flat on " + comm->topology().describe());
+    for (std::size_t n :
+         {std::size_t{0}, std::size_t{1}, std::size_t{2}, kSmallFloats, kMidFloats, kLargeFloats}) {
+      check_every_collective(*comm, n);
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
 TEST(GlooBackend, LargeMismatchIsReportedAsSuchAndPoisonsTheCommunicator) {
   // Ranks 0 and 1 agree; rank 2 passes one element more. The op's timeout is far away, so a
   // TimeoutError would mean the disagreement went unnoticed until the peers gave up.

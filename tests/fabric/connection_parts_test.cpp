@@ -57,8 +57,11 @@ TEST(ChooseProvider, FiProviderFiltersAreNotAChoice) {
   EXPECT_EQ(choose_provider(std::nullopt, "tcp,shm", false, 2, 2).provider, "tcp;ofi_rxm");
 }
 
-TEST(ChooseProvider, EfaThenShmOnOneHostThenTcp) {
-  EXPECT_EQ(choose_provider(std::nullopt, std::nullopt, true, 1, 8).provider, "efa");
+TEST(ChooseProvider, ShmOnOneHostThenEfaThenTcp) {
+  // The ranks of one node use shared memory even beside an EFA device (a hierarchical job's
+  // node groups), and EFA when shm cannot run.
+  EXPECT_EQ(choose_provider(std::nullopt, std::nullopt, true, 1, 8).provider, "shm");
+  EXPECT_EQ(choose_provider(std::nullopt, std::nullopt, true, 1, 8, "no room").provider, "efa");
   EXPECT_EQ(choose_provider(std::nullopt, std::nullopt, true, 4, 32).provider, "efa");
   const auto one_host = choose_provider(std::nullopt, std::nullopt, false, 1, 4);
   EXPECT_EQ(one_host.provider, "shm");

@@ -4,6 +4,8 @@
 //   --iterations N        allreduce N times (default 1), --interval-ms M between them
 //   --fail-rank R --exit-code C   rank R exits with C after the first allreduce
 //   --first-attempt-only  apply --fail-rank only when TORCHELASTIC_RESTART_COUNT is 0
+//   --topology            print the communicator's topology and whether its collectives are
+//                         hierarchical, and allreduce (sum and avg) 1,000,003 floats exactly too
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -35,6 +37,7 @@ int main(int argc, char** argv) {
   int interval_ms = 0;
   int fail_rank = -1;
   int exit_code = 1;
+  bool topology = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
@@ -50,6 +53,8 @@ int main(int argc, char** argv) {
       fail_rank = next();
     else if (a == "--exit-code")
       exit_code = next();
+    else if (a == "--topology")
+      topology = true;
   }
   try {
     auto group = ddp::init_process_group();
@@ -67,6 +72,26 @@ int main(int argc, char** argv) {
         const char* value = std::getenv(name);
         std::printf("env rank=%d %s=%s\n", rank, name, value != nullptr ? value : "<unset>");
       }
+    }
+    if (topology) {
+      std::printf("rank=%d topology=%s hierarchical=%d\n", rank,
+                  group.comm->topology().describe().c_str(), group.comm->hierarchical() ? 1 : 0);
+      std::vector<float> large(1000003);
+      for (std::size_t i = 0; i < large.size(); ++i) {
+        large[i] = static_cast<float>((rank + 1) * (i % 7 + 1));
+      }
+      std::vector<float> average = large;
+      group.comm->allreduce(large);
+      group.comm->allreduce(average, ddp::ReduceOp::kAvg);
+      for (std::size_t i = 0; i < large.size(); ++i) {
+        const double sum = world * (world + 1) / 2.0 * static_cast<double>(i % 7 + 1);
+        if (large[i] != static_cast<float>(sum) || average[i] != static_cast<float>(sum / world)) {
+          std::fprintf(stderr, "rank %d: large allreduce wrong at %zu: %g and %g\n", rank, i,
+                       large[i], average[i]);
+          return 2;
+        }
+      }
+      std::printf("rank=%d large allreduce ok\n", rank);
     }
     std::fflush(stdout);
     const double expected = world * (world + 1) / 2.0;

@@ -76,23 +76,21 @@ class NetnsPods : public ::testing::Test {
     }
   }
 
-  std::vector<std::string> pod_command(int i, std::vector<std::string> worker_args = {
-                                                  "--print-env"}) const {
-    std::vector<std::string> argv{"/usr/sbin/ip",
-                                  "netns",
-                                  "exec",
-                                  pod_ns(i),
-                                  "/usr/bin/unshare",
-                                  "--uts",
-                                  "/bin/sh",
-                                  "-c",
-                                  "hostname train-" + std::to_string(i) + " && exec \"$0\" \"$@\"",
-                                  DDPRUN_PATH,
-                                  "--nproc-per-node",
-                                  "1",
-                                  "--monitor-interval",
-                                  "0.05",
-                                  WORKER_PATH};
+  // `nproc` workers per pod; a pod of several gets an IPC namespace of its own as well, so that
+  // its workers see one node of their own, as in Kubernetes.
+  std::vector<std::string> pod_command(int i,
+                                       std::vector<std::string> worker_args = {"--print-env"},
+                                       int nproc = 1) const {
+    std::vector<std::string> argv{"/usr/sbin/ip",     "netns", "exec", pod_ns(i),
+                                  "/usr/bin/unshare", "--uts"};
+    if (nproc > 1) argv.emplace_back("--ipc");
+    for (std::string arg :
+         {std::string("/bin/sh"), std::string("-c"),
+          "hostname train-" + std::to_string(i) + " && exec \"$0\" \"$@\"",
+          std::string(DDPRUN_PATH), std::string("--nproc-per-node"), std::to_string(nproc),
+          std::string("--monitor-interval"), std::string("0.05"), std::string(WORKER_PATH)}) {
+      argv.push_back(arg);
+    }
     argv.insert(argv.end(), worker_args.begin(), worker_args.end());
     return argv;
   }
@@ -213,6 +211,42 @@ TEST_F(NetnsPods, DdprunInAPyTorch2RootRunsATwoPodJob) {
     EXPECT_NE(all.find(line), std::string::npos) << line << "\n" << all;
   }
   EXPECT_NE(all.find("[rank0]:torch 2."), std::string::npos) << all;
+}
+
+// Two pods of two workers each (pod 2 stays out: DDP_NNODES=2): every rank learns the topology
+// from the rendezvous, and both backends run their collectives hierarchically, shared memory
+// inside each pod and the pods' network between them, exactly.
+TEST_F(NetnsPods, TwoPodsOfTwoRanksRunHierarchicalCollectives) {
+  if (!run("ip netns exec " + pod_ns(0) + " unshare --ipc true")) {
+    GTEST_SKIP() << "'unshare --ipc' is not permitted here";
+  }
+  for (const char* backend : {"gloo", "fabric"}) {
+    SCOPED_TRACE(backend);
+    std::vector<std::unique_ptr<ChildProcess>> pods;
+    for (int i : {1, 0}) {
+      pods.push_back(std::make_unique<ChildProcess>(
+          pod_command(i, {"--topology"}, 2),
+          std::map<std::string, std::string>{{"JOB_COMPLETION_INDEX", std::to_string(i)},
+                                             {"DDP_NNODES", "2"},
+                                             {"DDP_BACKEND", backend}}));
+    }
+    for (auto& pod : pods) ASSERT_EQ(pod->wait(seconds(120)), 0) << pod->output();
+    for (auto& pod : pods) {
+      const std::string out = pod->output();
+      int ranks_seen = 0;
+      for (int r = 0; r < 4; ++r) {
+        if (out.find("[rank" + std::to_string(r) + "]") == std::string::npos) continue;
+        ++ranks_seen;
+        EXPECT_NE(
+            out.find("rank=" + std::to_string(r) + " topology=2 nodes × 2 ranks hierarchical=1"),
+            std::string::npos)
+            << out;
+        EXPECT_NE(out.find("rank=" + std::to_string(r) + " large allreduce ok"), std::string::npos)
+            << out;
+      }
+      EXPECT_EQ(ranks_seen, 2) << out;
+    }
+  }
 }
 
 }  // namespace

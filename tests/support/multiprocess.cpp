@@ -258,9 +258,11 @@ std::shared_ptr<Store> TestStoreServer::connect_client(const std::string& prefix
 
 std::vector<RankOutcome> run_with_communicators(
     TestStoreServer& server, const std::string& backend, int world_size, const CommOptions& options,
-    std::chrono::milliseconds deadline, const std::function<void(Communicator& comm)>& body) {
+    std::chrono::milliseconds deadline, const std::function<void(Communicator& comm)>& body,
+    const std::function<void(int rank)>& before_connect) {
   const std::string prefix = server.next_group_prefix();
   return run_ranks(world_size, deadline, [&](int rank) {
+    if (before_connect) before_connect(rank);
     log::set_rank(rank);
     auto store = server.connect_client(prefix);
     auto comm = create_communicator(backend, store, rank, world_size, options);

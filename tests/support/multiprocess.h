@@ -69,9 +69,11 @@ class TestStoreServer {
 };
 
 // Runs body(comm) on `world_size` forked ranks, each with a communicator of `backend`.
+// `before_connect(rank)`, when given, runs in each child first (to set its environment, say).
 std::vector<RankOutcome> run_with_communicators(
     TestStoreServer& server, const std::string& backend, int world_size, const CommOptions& options,
-    std::chrono::milliseconds deadline, const std::function<void(Communicator& comm)>& body);
+    std::chrono::milliseconds deadline, const std::function<void(Communicator& comm)>& body,
+    const std::function<void(int rank)>& before_connect = nullptr);
 
 // A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then released).
 int free_tcp_port();

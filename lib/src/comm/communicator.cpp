@@ -5,6 +5,7 @@
 #include "comm/op_queue.h"
 #include "comm/reduce_kernels.h"
 #include "ddp/error.h"
+#include "ddp/log.h"
 
 namespace ddp {
 namespace {
@@ -33,6 +34,8 @@ Communicator::Communicator(int rank, int size, CommOptions options)
     throw ConfigError("invalid communicator rank " + std::to_string(rank) + " of size " +
                       std::to_string(size) + "; rank must be in [0, size)");
   }
+  // Until the backend says otherwise: one node holding every rank.
+  topology_ = Topology(std::vector<std::string>(static_cast<std::size_t>(size)), rank);
   if (options_.timeout.count() <= 0) {
     throw ConfigError("communicator timeout must be positive");
   }
@@ -44,6 +47,18 @@ Communicator::Communicator(int rank, int size, CommOptions options)
 Communicator::~Communicator() = default;
 
 void Communicator::shutdown() { queue_->stop(); }
+
+void Communicator::announce_topology(Topology topology, bool hierarchical,
+                                     const std::string& collectives, bool warn) {
+  topology_ = std::move(topology);
+  hierarchical_ = hierarchical;
+  if (rank_ != 0) return;
+  if (warn) {
+    log::warn("{}: topology {}; collectives {}", backend_name(), topology_.describe(), collectives);
+  } else {
+    log::info("{}: topology {}; collectives {}", backend_name(), topology_.describe(), collectives);
+  }
+}
 
 void Communicator::validate_broadcast(const Buffer& buffer, int root) const {
   check_buffer("broadcast", rank_, buffer, "buffer");

@@ -3,7 +3,11 @@
 // Its name carries DDP_FABRIC_BUILD_ID, a hash of the headers both libraries are compiled
 // against (cmake/DdpBuildId.cmake): a module left from other sources lacks the symbol, and
 // loading it fails with a clear error instead of calling into a different ABI.
+#include <chrono>
 #include <memory>
+#include <string>
+
+#include "comm/fabric_module.h"
 
 #include "ddp/comm/communicator.h"
 #include "ddp/store.h"
@@ -18,6 +22,18 @@
   DDP_FABRIC_CONCAT(ddp_fabric_create_communicator_, DDP_FABRIC_BUILD_ID)
 #define DDP_FABRIC_ENTRY_POINT_NAME DDP_FABRIC_STRING(DDP_FABRIC_ENTRY_POINT)
 
-extern "C" ddp::Communicator* DDP_FABRIC_ENTRY_POINT(const std::shared_ptr<ddp::Store>& store,
-                                                     int rank, int size,
-                                                     const ddp::CommOptions& options);
+namespace ddp::detail {
+
+// What the module offers.
+struct FabricModule {
+  Communicator* (*create_communicator)(const std::shared_ptr<Store>& store, int rank, int size,
+                                       const CommOptions& options);
+  // Every rank of the node calls this with the same store; all of them must be on this host.
+  // Throws as connect_fabric does.
+  NodeTransport (*connect_node)(Store& store, int rank, int size, std::chrono::milliseconds timeout,
+                                const std::string& group);
+};
+
+}  // namespace ddp::detail
+
+extern "C" const ddp::detail::FabricModule* DDP_FABRIC_ENTRY_POINT();

@@ -51,13 +51,15 @@ FabricEntryPoint load_fabric_entry_point(const std::string& where) {
   return entry;
 }
 
-std::unique_ptr<Communicator> create_fabric_communicator(std::shared_ptr<Store> store, int rank,
-                                                         int size, const CommOptions& options) {
+namespace {
+
+// Runs fn(module) with the module loaded. Loading it runs library constructors, and the first
+// fi_getinfo initialises every provider (PSM among them): both may install signal handlers,
+// which the guard puts back, also when fn throws.
+template <typename Fn>
+auto with_module(Fn&& fn) {
   static std::mutex mutex;
   static FabricEntryPoint entry = nullptr;
-  // Loading the module runs library constructors, and the first fi_getinfo initialises every
-  // provider (PSM among them): both may install signal handlers.
-  // The guard also restores them when this throws.
   SignalDispositionGuard signals;
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -67,14 +69,30 @@ std::unique_ptr<Communicator> create_fabric_communicator(std::shared_ptr<Store> 
       entry = load_fabric_entry_point(where);
     }
   }
-  std::unique_ptr<Communicator> communicator(entry(store, rank, size, options));
+  auto result = fn(*entry());
   const auto changed = signals.restore();
   if (!changed.empty()) {
     std::string names;
     for (const auto& n : changed) names += (names.empty() ? "" : ", ") + n;
     log::debug("libfabric's providers took over {}; restored the program's handlers", names);
   }
-  return communicator;
+  return result;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> create_fabric_communicator(std::shared_ptr<Store> store, int rank,
+                                                         int size, const CommOptions& options) {
+  return with_module([&](const FabricModule& module) {
+    return std::unique_ptr<Communicator>(module.create_communicator(store, rank, size, options));
+  });
+}
+
+NodeTransport connect_fabric_node(Store& store, int rank, int size,
+                                  std::chrono::milliseconds timeout, const std::string& group) {
+  return with_module([&](const FabricModule& module) {
+    return module.connect_node(store, rank, size, timeout, group);
+  });
 }
 
 }  // namespace ddp::detail

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "ddp/comm/topology.h"
 #include "ddp/comm/types.h"
 #include "ddp/comm/work.h"
 
@@ -33,6 +34,12 @@ class Communicator {
   int size() const { return size_; }
   std::chrono::milliseconds timeout() const { return options_.timeout; }
   virtual const char* backend_name() const = 0;
+  // Which ranks share a node, as the ranks found out when they connected.
+  const Topology& topology() const { return topology_; }
+  // Whether allreduce, broadcast and barrier run in two levels: inside each node, then between
+  // nodes (DDP_COLLECTIVES, and the topology: several nodes with as many ranks each, more than
+  // one). allgather and reduce_scatter stay flat.
+  bool hierarchical() const { return hierarchical_; }
 
   // In place: every rank ends with the reduction of all ranks' buffers.
   void allreduce(Buffer buffer, ReduceOp op = ReduceOp::kSum);
@@ -63,6 +70,12 @@ class Communicator {
 
   const CommOptions& options() const { return options_; }
 
+  // Backends call this once connected. Rank 0 logs the topology and `collectives` (how they
+  // run), at warning level when `warn` (hierarchical collectives were asked for or would have
+  // paid, and cannot run).
+  void announce_topology(Topology topology, bool hierarchical, const std::string& collectives,
+                         bool warn);
+
   // Backends must call this at the start of their destructor, so that no queued op runs
   // against a half-destroyed backend.
   void shutdown();
@@ -75,6 +88,8 @@ class Communicator {
   int rank_;
   int size_;
   CommOptions options_;
+  Topology topology_;
+  bool hierarchical_ = false;
   std::unique_ptr<detail::OpQueue> queue_;
 };
 

@@ -4,33 +4,12 @@
 
 #include "comm/collectives/barrier.h"
 #include "comm/collectives/broadcast.h"
+#include "comm/collectives/op_scope.h"
 #include "comm/collectives/recursive_doubling.h"
 #include "comm/collectives/ring.h"
 #include "comm/reduce_kernels.h"
 
 namespace ddp::detail::collectives {
-namespace {
-
-// Brackets one collective on the transport. Empty payloads still exchange empty messages, so a
-// rank that passed a non-empty buffer where the others passed none gets a mismatch error, and
-// all ranks keep the same op sequence.
-class OpScope {
- public:
-  OpScope(PeerTransport& transport, CollectiveKind kind, const Buffer& b,
-          const AlgorithmConfig& config, std::uint32_t detail = 0)
-      : transport_(transport) {
-    auto signature = CollectiveSignature::make(kind, b.dtype, b.count, detail, 0);
-    signature.plan = config.fingerprint();
-    transport_.begin_op(signature);
-  }
-  void finish() { transport_.end_op(); }
-
- private:
-  PeerTransport& transport_;
-};
-
-}  // namespace
-
 AllreduceAlgorithm choose_allreduce(std::size_t bytes, std::size_t count, int ranks,
                                     const AlgorithmConfig& config) {
   if (config.allreduce != AllreduceAlgorithm::kAuto) return config.allreduce;
@@ -45,11 +24,17 @@ void allreduce(PeerTransport& transport, Buffer buffer, ReduceOp op,
   if (n == 1) return;
   OpScope scope(transport, CollectiveKind::kAllreduce, buffer, config,
                 static_cast<std::uint32_t>(op));
+  allreduce_in_op(transport, buffer, Reduction(buffer.dtype, op, n), config);
+  scope.finish();
+}
+
+void allreduce_in_op(PeerTransport& transport, Buffer buffer, const Reduction& reduction,
+                     const AlgorithmConfig& config) {
+  const int n = transport.size();
   if (buffer.count == 0) {
     barrier_dissemination(transport);
-    return scope.finish();
+    return;
   }
-  const Reduction reduction(buffer.dtype, op, n);
   if (choose_allreduce(buffer.bytes(), buffer.count, n, config) == AllreduceAlgorithm::kRing) {
     const auto layout =
         ring_layout(buffer.count, buffer.dtype, n, config, transport.max_message_bytes());
@@ -59,7 +44,6 @@ void allreduce(PeerTransport& transport, Buffer buffer, ReduceOp op,
   } else {
     allreduce_recursive_doubling(transport, buffer, reduction);
   }
-  scope.finish();
 }
 
 void broadcast(PeerTransport& transport, Buffer buffer, int root, const AlgorithmConfig& config) {
@@ -67,6 +51,12 @@ void broadcast(PeerTransport& transport, Buffer buffer, int root, const Algorith
   if (n == 1) return;
   OpScope scope(transport, CollectiveKind::kBroadcast, buffer, config,
                 static_cast<std::uint32_t>(root));
+  broadcast_in_op(transport, buffer, root, config);
+  scope.finish();
+}
+
+void broadcast_in_op(PeerTransport& transport, Buffer buffer, int root,
+                     const AlgorithmConfig& config) {
   if (buffer.count == 0) {
     barrier_dissemination(transport);
   } else if (buffer.bytes() < config.ring_threshold_bytes) {
@@ -75,7 +65,6 @@ void broadcast(PeerTransport& transport, Buffer buffer, int root, const Algorith
     transport.expose(buffer.data, buffer.bytes());
     broadcast_pipelined_chain(transport, buffer, root, config);
   }
-  scope.finish();
 }
 
 void allgather(PeerTransport& transport, Buffer input, Buffer output,

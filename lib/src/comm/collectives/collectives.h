@@ -4,6 +4,7 @@
 // validated by Communicator; here every rank still checks the others' through the op header.
 #include "comm/collectives/algorithm_config.h"
 #include "comm/collectives/peer_transport.h"
+#include "comm/reduce_kernels.h"
 #include "ddp/comm/types.h"
 
 namespace ddp::detail::collectives {
@@ -19,5 +20,12 @@ void allgather(PeerTransport& transport, Buffer input, Buffer output,
 void reduce_scatter(PeerTransport& transport, Buffer input, Buffer output, ReduceOp op,
                     const AlgorithmConfig& config);
 void barrier(PeerTransport& transport);
+
+// The algorithms alone, within an op the caller has begun (for compositions, hierarchical.h).
+// allreduce_in_op combines with `reduction`, whose complete() finishes each result.
+void allreduce_in_op(PeerTransport& transport, Buffer buffer, const Reduction& reduction,
+                     const AlgorithmConfig& config);
+void broadcast_in_op(PeerTransport& transport, Buffer buffer, int root,
+                     const AlgorithmConfig& config);
 
 }  // namespace ddp::detail::collectives

@@ -8,6 +8,7 @@
 // (peer, index): the sender and the receiver must use the same index for the same message.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "comm/collective_signature.h"
 
@@ -47,6 +48,12 @@ class PeerTransport {
   // Drives progress until the request completes and releases it. Throws CommError (or
   // TimeoutError once the op's deadline passes) naming the op and the peer.
   virtual void wait(Request request) = 0;
+
+  // Fails the transport from outside, when another transport of the same communicator failed:
+  // tells the peers where the transport can, so that their waits end now rather than at their
+  // timeout, and refuses later ops; no request touches caller memory after it. Nothing once the
+  // transport has failed.
+  virtual void abort(const std::string& reason) = 0;
 
   // Largest payload of one message.
   virtual std::size_t max_message_bytes() const = 0;

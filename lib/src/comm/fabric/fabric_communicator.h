@@ -2,7 +2,10 @@
 // The libfabric backend (DDP_BACKEND=fabric): collectives over an RDM endpoint of the provider
 // chosen for the job (efa on AWS, shm within one host, tcp;ofi_rxm otherwise). Addresses are
 // exchanged through the rendezvous store; the algorithms live in collectives.h and run over a
-// FabricTransport. This header stays free of libfabric's own headers.
+// FabricTransport. When the ranks span several nodes of several ranks each (see
+// decide_hierarchy), two more endpoints join the ranks of this node (shm) and the ranks with this
+// local index on every node (efa or tcp), and allreduce, broadcast and barrier run the
+// hierarchical collectives over them. This header stays free of libfabric's own headers.
 #include <memory>
 #include <string>
 
@@ -14,6 +17,9 @@ namespace ddp::detail {
 
 namespace fabric {
 class FabricTransport;
+}
+namespace collectives {
+struct Hierarchy;
 }
 
 class FabricCommunicator final : public Communicator {
@@ -37,9 +43,22 @@ class FabricCommunicator final : public Communicator {
   void do_barrier() override;
 
  private:
+  struct Level {
+    std::unique_ptr<fabric::FabricTransport> transport;
+    collectives::AlgorithmConfig config;
+    std::string provider;
+  };
+  // Runs a collective; when it fails on one endpoint, aborts the others, so that the peers that
+  // would wait on this rank there fail now instead of at their timeout.
+  template <typename Fn>
+  void guarded(Fn&& fn);
+  collectives::Hierarchy levels() const;
+
   collectives::AlgorithmConfig config_;
   std::string provider_;
   std::unique_ptr<fabric::FabricTransport> transport_;
+  Level local_;  // this node's ranks; null transports when the collectives are flat
+  Level cross_;  // the ranks with this local index
 };
 
 }  // namespace ddp::detail

@@ -110,7 +110,7 @@ std::string shm_room(const std::vector<HostIdentity>& hosts, int rank) {
 
 // `cma_blocker`: see cross_memory_attach_blocker.
 OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, int size,
-                             const std::string& cma_blocker) {
+                             const std::string& cma_blocker, const std::string& group) {
   const int host_count = count_hosts(hosts);
   std::string shm_blocker = shm_room(hosts, rank);
   if (shm_blocker.empty()) shm_blocker = cma_blocker;
@@ -159,10 +159,11 @@ OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, i
       (config.ring_order == collectives::RingOrder::kWavefront ? "in a wavefront"
                                                                : "step by step") +
       ", " + std::to_string(config.pipeline_depth) + " receives posted at once";
-  if (rank == 0) {
-    log::info("fabric: {}", description);
+  const std::string who = group.empty() ? "fabric" : "fabric " + group;
+  if (rank == 0 && group.empty()) {
+    log::info("{}: {}", who, description);
   } else {
-    log::debug("fabric: {}", description);
+    log::debug("{}: {}", who, description);
   }
   std::string name;
   if (opened.provider == "shm") {
@@ -179,7 +180,7 @@ OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, i
 }  // namespace
 
 FabricConnection connect_fabric(Store& store, int rank, int size,
-                                std::chrono::milliseconds timeout) {
+                                std::chrono::milliseconds timeout, const std::string& group) {
   if (size > kMaxRanks) {
     throw ConfigError("the fabric backend supports at most " + std::to_string(kMaxRanks) +
                       " ranks, got " + std::to_string(size));
@@ -202,7 +203,7 @@ FabricConnection connect_fabric(Store& store, int rank, int size,
   }
   OpenedEndpoint opened;
   try {
-    opened = open_endpoint(hosts, rank, size, cma_blocker);
+    opened = open_endpoint(hosts, rank, size, cma_blocker, group);
   } catch (const Error& e) {
     publish_failure(*scoped, rank, e.what());
     throw;

@@ -26,7 +26,9 @@ struct FabricConnection {
 // Every rank of the group calls this with the same store. Throws ConfigError (no usable
 // provider, a malformed DDP_FABRIC_* setting), CommError("connect", ...) naming a peer that
 // failed, StoreError if the store does not answer.
+// `group` names a part of the job in the log ("inside node 2"; empty for the whole job, whose
+// rank 0 logs the choice at info level, every other group at debug level).
 FabricConnection connect_fabric(Store& store, int rank, int size,
-                                std::chrono::milliseconds timeout);
+                                std::chrono::milliseconds timeout, const std::string& group = "");
 
 }  // namespace ddp::detail::fabric

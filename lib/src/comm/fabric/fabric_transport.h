@@ -71,6 +71,9 @@ class FabricTransport final : public collectives::PeerTransport {
 
   std::size_t inject_bytes() const { return inject_bytes_; }
 
+  // Tells every peer, closes the endpoint.
+  void abort(const std::string& reason) override { abandon(reason); }
+
  private:
   enum class SlotKind : std::uint8_t { kFree, kSend, kRecv, kHeader, kControl };
   struct Slot;

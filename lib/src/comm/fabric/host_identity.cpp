@@ -2,39 +2,19 @@
 
 #include <unistd.h>
 
-#include <climits>
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include "comm/fabric/cross_memory_attach.h"
+#include "ddp/comm/topology.h"
 #include "ddp/error.h"
 #include "net/local_address.h"
 
 namespace ddp::detail::fabric {
-namespace {
-
-std::string read_first_line(const char* path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
-std::string link_target(const char* path) {
-  char buffer[PATH_MAX];
-  const ssize_t length = ::readlink(path, buffer, sizeof(buffer) - 1);
-  return length > 0 ? std::string(buffer, static_cast<std::size_t>(length)) : std::string();
-}
-
-}  // namespace
 
 HostIdentity HostIdentity::current(const std::string& store_host) {
-  char hostname[HOST_NAME_MAX + 1] = {0};
-  ::gethostname(hostname, sizeof(hostname) - 1);
   HostIdentity id;
-  id.host_key = std::string(hostname) + "/" + read_first_line("/proc/sys/kernel/random/boot_id") +
-                "/" + link_target("/proc/self/ns/pid") + "/" + link_target("/proc/self/ns/ipc");
+  id.host_key = ddp::detail::node_key();
   id.pid = ::getpid();
   id.cma_probe = cma_probe_address();
   try {

@@ -1,7 +1,8 @@
 #pragma once
 // Which ranks share a host in the sense that matters to libfabric's shm provider: the same
 // kernel (boot id), the same hostname and the same pid and IPC namespaces, so that shared memory
-// and cross-process reads (CMA) between them work. Two pods on one node count as two hosts.
+// and cross-process reads (CMA) between them work. Two pods on one node count as two hosts. The
+// key is Topology's node key (ddp/comm/topology.h).
 #include <sys/types.h>
 
 #include <cstdint>

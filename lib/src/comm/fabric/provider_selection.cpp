@@ -9,10 +9,13 @@ ProviderChoice choose_provider(const std::optional<std::string>& ddp_provider,
   if (fi_provider && fi_provider->find_first_of(",^") == std::string::npos) {
     return {*fi_provider, "set by FI_PROVIDER"};
   }
-  if (efa_available) return {"efa", "an EFA device is present"};
+  // Ranks of one host (a single-node job, or the ranks of one node in a hierarchical job) copy
+  // through shared memory even where an EFA device is present: EFA is for the network between
+  // nodes.
   if (hosts == 1 && shm_blocker.empty()) {
     return {"shm", "all " + std::to_string(ranks) + " ranks share this host"};
   }
+  if (efa_available) return {"efa", "an EFA device is present"};
   if (hosts == 1) return {"tcp;ofi_rxm", "all ranks share this host but " + shm_blocker};
   return {"tcp;ofi_rxm", "the " + std::to_string(ranks) + " ranks span " + std::to_string(hosts) +
                              " hosts and no EFA device is present"};

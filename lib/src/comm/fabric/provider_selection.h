@@ -1,8 +1,8 @@
 #pragma once
 // Which libfabric provider a job uses. An explicit choice wins (DDP_FABRIC_PROVIDER, then
-// FI_PROVIDER when it names one provider); otherwise efa where the host has an EFA device, else
-// shm when every rank is on one host, /dev/shm has room for their regions and the ranks can read
-// each other's memory (cross-memory attach), else tcp;ofi_rxm (RDM over TCP sockets).
+// FI_PROVIDER when it names one provider); otherwise shm when every rank is on one host, /dev/shm
+// has room for their regions and the ranks can read each other's memory (cross-memory attach),
+// else efa where the host has an EFA device, else tcp;ofi_rxm (RDM over TCP sockets).
 #include <optional>
 #include <string>
 

@@ -10,9 +10,13 @@
 #include <gloo/rendezvous/prefix_store.h>
 
 #include "comm/collectives/collectives.h"
+#include "comm/collectives/hierarchical.h"
 #include "comm/gloo/gloo_device.h"
 #include "comm/gloo/gloo_store_bridge.h"
 #include "comm/reduce_kernels.h"
+#ifdef DDP_WITH_FABRIC
+#include "comm/fabric_module.h"
+#endif
 #include "ddp/env_vars.h"
 #include "ddp/error.h"
 #include "ddp/log.h"
@@ -41,9 +45,23 @@ constexpr std::size_t kAllreduceRingFromBytes = 1024 * 1024;
 constexpr std::size_t kRingChunkBytes = 4u << 20;
 constexpr std::size_t kRingMinChunkBytes = 1u << 20;
 
+// The plan of the direct exchanges of a hierarchical allreduce (allreduce_by_direct_levels).
+constexpr std::uint64_t kDirectLevelsPlan = 0x4C564C53;  // "LVLS"
+
 // A per-rank byte budget as the payload size it allows: the rank sends its payload to each peer.
 std::size_t per_peer(std::size_t bytes_sent_per_rank, int size) {
   return bytes_sent_per_rank / static_cast<std::size_t>(std::max(size - 1, 1));
+}
+
+// The hierarchical levels' settings: the ring's chunks as on the whole mesh; below 512 KiB
+// recursive doubling, which sends log2(n) messages to the ring's 2(n-1), each a wake-up on gloo's
+// pairs (the threshold of tcp;ofi_rxm, whose messages cost alike; not measured on gloo).
+collectives::AlgorithmConfig level_config() {
+  collectives::AlgorithmConfig config;
+  config.ring_threshold_bytes = 512u << 10;
+  config.chunk_bytes = kRingChunkBytes;
+  config.min_chunk_bytes = kRingMinChunkBytes;
+  return config;
 }
 
 collectives::AlgorithmConfig collectives_config(GlooAllreduceAlgorithm forced) {
@@ -144,7 +162,8 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
       direct_budget_(per_peer(kDirectExchangeBudget, size)),
       allreduce_ring_from_(per_peer(kAllreduceRingFromBytes, size)),
       forced_algorithm_(gloo_algorithm_from_env()),
-      collectives_config_(collectives_config(forced_algorithm_)) {
+      collectives_config_(collectives_config(forced_algorithm_)),
+      level_config_(level_config()) {
   ignore_sigpipe_unless_handled();
   auto device = make_gloo_device(store->endpoint_host());
   GlooStoreBridge bridge(store);
@@ -172,8 +191,99 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
                         "; a peer exited while the group was forming, see the other ranks' logs");
   }
   transport_ = std::make_unique<GlooPeerTransport>(context_, *exchange_, options.timeout);
+
+  Topology topology = exchange_topology(*store, rank, size);
+  auto decision = collectives::decide_hierarchy(topology, collectives::collectives_mode_from_env());
+  if (decision.hierarchical && forced_algorithm_ != GlooAllreduceAlgorithm::kAuto) {
+    // A forced algorithm is one for the whole job: the collectives stay flat.
+    decision = {false, std::string("DDP_GLOO_ALGORITHM=") + to_string(forced_algorithm_), false};
+  }
+  if (decision.hierarchical) {
+    local_ = connect_node_level(store->with_prefix("node" + std::to_string(topology.node())),
+                                device, topology);
+    cross_ = connect_level(store->with_prefix("local" + std::to_string(topology.local_rank())),
+                           device, topology.node(), topology.nodes());
+  }
   log::debug("gloo: connected {} ranks, allreduce algorithm {}", size,
              to_string(forced_algorithm_));
+  announce_topology(std::move(topology), decision.hierarchical,
+                    decision.hierarchical ? "hierarchical (" + local_.provider + " inside nodes, " +
+                                                cross_.provider + " between them)"
+                                          : "flat (" + decision.reason + ")",
+                    decision.fell_back);
+}
+
+GlooCommunicator::Level GlooCommunicator::connect_node_level(
+    const std::shared_ptr<Store>& store, const std::shared_ptr<gloo::transport::Device>& device,
+    const Topology& topology) {
+#ifdef DDP_WITH_FABRIC
+  // Every rank of the node loads the same module from the same image, so all take this path or
+  // all take gloo's pairs below.
+  std::string why;
+  try {
+    auto node = connect_fabric_node(*store->with_prefix("fabric"), topology.local_rank(),
+                                    topology.local_size(), timeout(),
+                                    "inside node " + std::to_string(topology.node()));
+    Level level;
+    level.shm = std::move(node.transport);
+    level.config = node.config;
+    level.provider = "libfabric " + node.provider;
+    return level;
+  } catch (const ConfigError& e) {
+    why = e.what();
+  }
+  if (topology.rank() == 0) {
+    log::warn("gloo: the ranks of each node use gloo's TCP pairs, not shared memory: {}", why);
+  }
+#endif
+  return connect_level(store, device, topology.local_rank(), topology.local_size());
+}
+
+GlooCommunicator::Level GlooCommunicator::connect_level(
+    const std::shared_ptr<Store>& store, const std::shared_ptr<gloo::transport::Device>& device,
+    int rank, int size) {
+  Level level;
+  GlooStoreBridge bridge(store);
+  level.mesh = connect_mesh(bridge, device, rank, size, timeout());
+  gloo::rendezvous::PrefixStore exchange_store("exchange", bridge);
+  level.exchange_mesh = connect_mesh(exchange_store, device, rank, size, timeout());
+  try {
+    level.exchange =
+        std::make_unique<GlooDirectExchange>(level.exchange_mesh, level_config_.fingerprint());
+  } catch (const gloo::Exception& e) {
+    throw CommError("connect", this->rank(), -1,
+                    first_line(e.what()) +
+                        "; a peer exited while the group was forming, see the other ranks' logs");
+  }
+  level.transport = std::make_unique<GlooPeerTransport>(level.mesh, *level.exchange, timeout());
+  level.config = level_config_;
+  level.provider = "gloo's TCP pairs";
+  return level;
+}
+
+void GlooCommunicator::allreduce_by_direct_levels(Buffer buffer, ReduceOp op) {
+  auto signature = CollectiveSignature::make(CollectiveKind::kAllreduce, buffer.dtype, buffer.count,
+                                             static_cast<std::uint32_t>(op), 0);
+  // Tells these exchanges from the ones that open the levels' other collectives.
+  signature.plan = kDirectLevelsPlan;
+  for (Level* level : {&local_, &cross_}) {
+    // The node sums; then each rank's counterparts combine the node sums, where kAvg divides.
+    const bool last = level == &cross_;
+    const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+    if (level->shm) {
+      collectives::allreduce(*level->shm, buffer, partial, level->config);
+      continue;
+    }
+    const int ranks = level->mesh->size;
+    level->exchange->run(signature, buffer.data, buffer.bytes());
+    const Reduction reduction(buffer.dtype, last ? op : partial, last ? size() : ranks);
+    reduce_in_rank_order(reduction, buffer.data, buffer.count, ranks,
+                         [&](int peer) { return level->exchange->payload_of(peer); });
+  }
+}
+
+collectives::Hierarchy GlooCommunicator::levels() const {
+  return {local_.peers(), cross_.peers(), local_.config, cross_.config};
 }
 
 GlooCommunicator::~GlooCommunicator() { shutdown(); }
@@ -229,11 +339,23 @@ void GlooCommunicator::poison(const std::string& cause) {
   // freed last: closing a pair takes the lock under which gloo's device thread reads into it.
   transport_->abandon();
   if (payloads_) payloads_->abandon();
+  for (Level* level : {&local_, &cross_}) {
+    if (level->transport) level->transport->abandon();
+    if (level->shm) level->shm->abort(cause);
+  }
   exchange_.reset();
   exchange_mesh_.reset();
   context_.reset();
+  for (Level* level : {&local_, &cross_}) {
+    level->exchange.reset();
+    level->exchange_mesh.reset();
+    level->mesh.reset();
+  }
   transport_.reset();
   payloads_.reset();
+  local_.transport.reset();
+  cross_.transport.reset();
+  local_.shm.reset();
 }
 
 void GlooCommunicator::exchange(CollectiveKind kind, const Buffer& buffer, std::uint32_t detail,
@@ -284,6 +406,14 @@ void GlooCommunicator::reduce_exchanged(Buffer out, ReduceOp op) const {
 
 void GlooCommunicator::do_allreduce(Buffer buffer, ReduceOp op) {
   if (size() == 1) return;
+  if (hierarchical()) {
+    return collective("allreduce", [&] {
+      if (buffer.bytes() <= GlooDirectExchange::kMaxPayloadBytes) {
+        return allreduce_by_direct_levels(buffer, op);
+      }
+      collectives::allreduce_hierarchical(levels(), buffer, op);
+    });
+  }
   const auto algorithm = choose_allreduce_algorithm(buffer.bytes());
   if (algorithm == GlooAllreduceAlgorithm::kRing) {
     // Divides for kAvg itself.
@@ -336,6 +466,12 @@ void GlooCommunicator::gloo_allreduce(Buffer buffer, ReduceOp op,
 
 void GlooCommunicator::do_broadcast(Buffer buffer, int root) {
   if (size() == 1) return;
+  if (hierarchical()) {
+    return collective("broadcast", [&] {
+      collectives::broadcast_hierarchical(levels(), buffer, topology().node_of(root),
+                                          topology().local_rank_of(root));
+    });
+  }
   if (buffer.bytes() > direct_budget_) {
     collective("broadcast",
                [&] { collectives::broadcast(*transport_, buffer, root, collectives_config_); });
@@ -400,6 +536,9 @@ void GlooCommunicator::do_reduce_scatter(Buffer input, Buffer output, ReduceOp o
 
 void GlooCommunicator::do_barrier() {
   if (size() == 1) return;
+  if (hierarchical()) {
+    return collective("barrier", [&] { collectives::barrier_hierarchical(levels()); });
+  }
   // No rank leaves the exchange before it has heard from every other rank.
   collective("barrier", [&] {
     exchange(CollectiveKind::kBarrier, Buffer(), 0, nullptr, 0, SendFrom::kStagedCopy);

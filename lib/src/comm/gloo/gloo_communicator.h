@@ -11,6 +11,7 @@
 
 #include "comm/collective_signature.h"
 #include "comm/collectives/algorithm_config.h"
+#include "comm/collectives/hierarchical.h"
 #include "comm/gloo/gloo_direct_exchange.h"
 #include "comm/gloo/gloo_fwd.h"
 #include "comm/gloo/gloo_payload_exchange.h"
@@ -75,6 +76,35 @@ class GlooCommunicator final : public Communicator {
     exchange(kind, buffer, detail, payload, payload_bytes, payload_bytes, from);
   }
   const void* exchanged_payload(int peer) const;
+  // The two levels of the hierarchical collectives: the ranks of this node, and the ranks with
+  // this local index on every node. Between nodes, and inside them where libddp_fabric cannot be
+  // loaded, a level is a gloo mesh with a direct exchange of its own (which carries its
+  // signatures) and a transport over it; inside nodes it is otherwise libddp_fabric's shared
+  // memory transport (`shm`).
+  struct Level {
+    std::shared_ptr<gloo::rendezvous::Context> mesh;
+    std::shared_ptr<gloo::rendezvous::Context> exchange_mesh;
+    std::unique_ptr<GlooDirectExchange> exchange;
+    std::unique_ptr<GlooPeerTransport> transport;
+    std::unique_ptr<collectives::PeerTransport> shm;
+    collectives::AlgorithmConfig config;
+    std::string provider;  // for the log: "gloo's TCP pairs" or libfabric's provider
+    collectives::PeerTransport& peers() const {
+      return shm ? *shm : static_cast<collectives::PeerTransport&>(*transport);
+    }
+  };
+  Level connect_level(const std::shared_ptr<Store>& store,
+                      const std::shared_ptr<gloo::transport::Device>& device, int rank, int size);
+  // The node's level over libddp_fabric when it loads, else connect_level's.
+  Level connect_node_level(const std::shared_ptr<Store>& store,
+                           const std::shared_ptr<gloo::transport::Device>& device,
+                           const Topology& topology);
+  collectives::Hierarchy levels() const;
+  // A hierarchical allreduce of up to GlooDirectExchange::kMaxPayloadBytes: each level's direct
+  // exchange carries the whole buffer, one round inside the node and one between nodes (the L
+  // ranks of a node each with its counterparts, in parallel). The levels' transports would take
+  // several messages per step, each a wake-up of gloo's device thread.
+  void allreduce_by_direct_levels(Buffer buffer, ReduceOp op);
   void gloo_allreduce(Buffer buffer, ReduceOp op, GlooAllreduceAlgorithm algorithm);
   // Reduces every rank's exchanged payload, in rank order, into `out`.
   void reduce_exchanged(Buffer out, ReduceOp op) const;
@@ -89,6 +119,9 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<GlooPeerTransport> transport_;
   GlooAllreduceAlgorithm forced_algorithm_;
   collectives::AlgorithmConfig collectives_config_;
+  collectives::AlgorithmConfig level_config_;  // the levels on gloo's pairs
+  Level local_;                                // empty when the collectives are flat
+  Level cross_;
   std::string failure_;
 };
 

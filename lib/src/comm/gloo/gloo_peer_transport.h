@@ -39,6 +39,8 @@ class GlooPeerTransport final : public collectives::PeerTransport {
   void wait(Request request) override;
   std::size_t max_message_bytes() const override { return std::size_t{1} << 40; }
   std::size_t eager_message_bytes() const override { return 0; }
+  // abandon(); the peers learn of it when the owner closes the pairs (GlooCommunicator::poison).
+  void abort(const std::string&) override { abandon(); }
 
   // Forgets the op's requests without waiting for them: once a request's gloo buffer is gone,
   // gloo no longer reads or writes its memory. It also lets go of the mesh, so that the caller

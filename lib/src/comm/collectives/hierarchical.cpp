@@ -1,0 +1,135 @@
+#include "comm/collectives/hierarchical.h"
+
+#include "comm/collectives/barrier.h"
+#include "comm/collectives/collectives.h"
+#include "comm/collectives/op_scope.h"
+#include "comm/collectives/partition.h"
+#include "comm/collectives/ring.h"
+#include "comm/reduce_kernels.h"
+#include "ddp/env_vars.h"
+
+namespace ddp::detail::collectives {
+namespace {
+
+// The steps of each composition, for OpScope: ranks that run different steps disagree.
+enum Stage : std::uint64_t {
+  kLocalReduceScatter = 1,
+  kCrossSlice,
+  kLocalAllgather,
+  kLocalWhole,
+  kCrossWhole,
+  kCrossBroadcast,
+  kLocalBroadcast,
+  kLocalBarrier,
+  kCrossBarrier,
+};
+
+// The reduction of the steps before the last: kAvg sums, the last step divides.
+ReduceOp partial(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
+
+}  // namespace
+
+CollectivesMode collectives_mode_from_env() {
+  return env::get_choice<CollectivesMode>("DDP_COLLECTIVES",
+                                          {{"auto", CollectivesMode::kAuto},
+                                           {"flat", CollectivesMode::kFlat},
+                                           {"hierarchical", CollectivesMode::kHierarchical}})
+      .value_or(CollectivesMode::kAuto);
+}
+
+const char* to_string(CollectivesMode mode) {
+  switch (mode) {
+    case CollectivesMode::kAuto:
+      return "auto";
+    case CollectivesMode::kFlat:
+      return "flat";
+    case CollectivesMode::kHierarchical:
+      return "hierarchical";
+  }
+  return "unknown";
+}
+
+HierarchyDecision decide_hierarchy(const Topology& topology, CollectivesMode mode) {
+  const bool asked = mode == CollectivesMode::kHierarchical;
+  if (mode == CollectivesMode::kFlat) return {false, "DDP_COLLECTIVES=flat", false};
+  if (topology.nodes() == 1) return {false, "one node", asked};
+  if (!topology.uniform()) {
+    std::string sizes;
+    for (int n = 0; n < topology.nodes(); ++n) {
+      sizes += (n == 0 ? "" : ", ") + std::to_string(topology.local_size_of(n));
+    }
+    return {false, "uneven nodes (ranks per node: " + sizes + ")", true};
+  }
+  if (topology.local_size() == 1) return {false, "one rank per node", asked};
+  return {true, topology.describe(), false};
+}
+
+void allreduce_hierarchical(const Hierarchy& h, Buffer buffer, ReduceOp op) {
+  PeerTransport& local = h.local;
+  PeerTransport& cross = h.cross;
+  const int l = local.size();
+  const int world = l * cross.size();
+  const auto detail = static_cast<std::uint32_t>(op);
+  if (buffer.bytes() < kHierarchicalSliceFromBytes || buffer.count < static_cast<std::size_t>(l)) {
+    {
+      OpScope scope(local, CollectiveKind::kAllreduce, buffer, h.local_config, detail, kLocalWhole);
+      allreduce_in_op(local, buffer, Reduction(buffer.dtype, partial(op), l), h.local_config);
+      scope.finish();
+    }
+    OpScope scope(cross, CollectiveKind::kAllreduce, buffer, h.cross_config, detail, kCrossWhole);
+    allreduce_in_op(cross, buffer, Reduction(buffer.dtype, op, world), h.cross_config);
+    scope.finish();
+    return;
+  }
+  const auto layout =
+      ring_layout(buffer.count, buffer.dtype, l, h.local_config, local.max_message_bytes());
+  {
+    OpScope scope(local, CollectiveKind::kAllreduce, buffer, h.local_config, detail,
+                  kLocalReduceScatter);
+    local.expose(buffer.data, buffer.bytes());
+    char* slots = static_cast<char*>(local.scratch(layout.slot_bytes(h.local_config)));
+    const Reduction sum(buffer.dtype, partial(op), l);
+    run_ring(local, buffer, RingPhases::kReduceScatter, &sum, layout, h.local_config, slots);
+    scope.finish();
+  }
+  // The ring left block local_rank reduced over this node on this rank.
+  const Piece piece =
+      partition(buffer.count, static_cast<std::size_t>(l), static_cast<std::size_t>(local.rank()));
+  Buffer slice(static_cast<char*>(buffer.data) + piece.offset * element_size(buffer.dtype),
+               piece.count, buffer.dtype);
+  {
+    OpScope scope(cross, CollectiveKind::kAllreduce, slice, h.cross_config, detail, kCrossSlice);
+    allreduce_in_op(cross, slice, Reduction(buffer.dtype, op, world), h.cross_config);
+    scope.finish();
+  }
+  OpScope scope(local, CollectiveKind::kAllreduce, buffer, h.local_config, detail, kLocalAllgather);
+  local.expose(buffer.data, buffer.bytes());
+  run_ring(local, buffer, RingPhases::kAllgather, nullptr, layout, h.local_config, nullptr);
+  scope.finish();
+}
+
+void broadcast_hierarchical(const Hierarchy& h, Buffer buffer, int root_node, int root_local_rank) {
+  const auto root = static_cast<std::uint32_t>(root_node * h.local.size() + root_local_rank);
+  if (h.local.rank() == root_local_rank) {
+    OpScope scope(h.cross, CollectiveKind::kBroadcast, buffer, h.cross_config, root,
+                  kCrossBroadcast);
+    broadcast_in_op(h.cross, buffer, root_node, h.cross_config);
+    scope.finish();
+  }
+  OpScope scope(h.local, CollectiveKind::kBroadcast, buffer, h.local_config, root, kLocalBroadcast);
+  broadcast_in_op(h.local, buffer, root_local_rank, h.local_config);
+  scope.finish();
+}
+
+void barrier_hierarchical(const Hierarchy& h) {
+  {
+    OpScope scope(h.local, CollectiveKind::kBarrier, Buffer(), AlgorithmConfig{}, 0, kLocalBarrier);
+    barrier_dissemination(h.local);
+    scope.finish();
+  }
+  OpScope scope(h.cross, CollectiveKind::kBarrier, Buffer(), AlgorithmConfig{}, 0, kCrossBarrier);
+  barrier_dissemination(h.cross);
+  scope.finish();
+}
+
+}  // namespace ddp::detail::collectives

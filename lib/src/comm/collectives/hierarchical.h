@@ -1,0 +1,61 @@
+#pragma once
+// Collectives over two levels of transports, for N nodes of L ranks each: `local` joins the L
+// ranks of this node (shared memory), `cross` the N ranks that have this rank's local index, one
+// per node (the network). Each level runs the flat algorithms of collectives.h with its own
+// configuration. Against a flat ring over all N·L ranks, an allreduce puts 2(N-1)/N·S bytes on
+// each node's link instead of 2(NL-1)/(NL)·S, in L flows per pair of nodes instead of one, and
+// takes 2(N-1) network steps instead of 2(NL-1).
+//
+// Every rank of the job must make the same choice between these and the flat collectives
+// (decide_hierarchy, from the topology all ranks share and DDP_COLLECTIVES).
+#include <cstddef>
+#include <string>
+
+#include "comm/collectives/algorithm_config.h"
+#include "comm/collectives/peer_transport.h"
+#include "ddp/comm/topology.h"
+#include "ddp/comm/types.h"
+
+namespace ddp::detail::collectives {
+
+// DDP_COLLECTIVES=auto|flat|hierarchical (default auto).
+enum class CollectivesMode { kAuto, kFlat, kHierarchical };
+CollectivesMode collectives_mode_from_env();
+const char* to_string(CollectivesMode mode);
+
+struct HierarchyDecision {
+  bool hierarchical = false;
+  // Why, for the log: "2 nodes × 2 ranks", "one node", "uneven nodes (...)",
+  // "DDP_COLLECTIVES=flat".
+  std::string reason;
+  // Worth a warning: hierarchical was asked for (or would have paid) but cannot run.
+  bool fell_back = false;
+};
+
+// Hierarchical where the ranks span more than one node with more than one rank on each and
+// every node holds as many ranks; flat otherwise, or when `mode` says so.
+HierarchyDecision decide_hierarchy(const Topology& topology, CollectivesMode mode);
+
+struct Hierarchy {
+  PeerTransport& local;  // this node's ranks, in local-rank order
+  PeerTransport& cross;  // the ranks with this local index, in node order
+  const AlgorithmConfig& local_config;
+  const AlgorithmConfig& cross_config;
+};
+
+// Below this payload an allreduce reduces the whole buffer inside the node, then every local
+// rank allreduces all of it with its counterparts (the L groups in parallel, no third step); from
+// it up the node reduce-scatters, each rank allreduces its 1/L slice across nodes, and the node
+// allgathers.
+constexpr std::size_t kHierarchicalSliceFromBytes = 8 * 1024;
+
+// Same contract as collectives::allreduce; kAvg divides once, fused into the step that completes
+// each element, so the result is the flat one (bit for bit with integer-valued data).
+void allreduce_hierarchical(const Hierarchy& h, Buffer buffer, ReduceOp op);
+// The root's counterparts get the buffer across nodes, then every node broadcasts it inside.
+void broadcast_hierarchical(const Hierarchy& h, Buffer buffer, int root_node, int root_local_rank);
+// Inside the node, then across: a rank leaves the cross barrier only after every rank of every
+// node has entered the local one.
+void barrier_hierarchical(const Hierarchy& h);
+
+}  // namespace ddp::detail::collectives
