@@ -268,12 +268,18 @@ struct Store::Impl {
     return *legacy_extensions;
   }
 
+  // Whether the server knows `op` (a 1.13 server lacks 2.0's APPEND, MULTI_GET, MULTI_SET and
+  // CANCEL_WAIT); on an open connection, whose dialect is known.
+  bool knows(Op op, Clock::time_point deadline) {
+    const bool extension =
+        op == Op::kAppend || op == Op::kMultiGet || op == Op::kMultiSet || op == Op::kCancelWait;
+    return dialect != Dialect::kLegacy || !extension || has_legacy_extensions(deadline);
+  }
+
   store::Writer request(Op op, Clock::time_point deadline) {
     store::Writer w;
     auto byte = store::encode_op(dialect, op);
-    const bool extension =
-        op == Op::kAppend || op == Op::kMultiGet || op == Op::kMultiSet || op == Op::kCancelWait;
-    if (dialect == Dialect::kLegacy && extension && !has_legacy_extensions(deadline)) byte.reset();
+    if (!knows(op, deadline)) byte.reset();
     if (!byte) {
       throw StoreError(std::string(store::op_name(op)) +
                        " needs a PyTorch 2.0+ store; the one at " + where() +
@@ -475,6 +481,16 @@ void Store::append(const std::string& key, const std::string& value) {
 
 std::vector<std::string> Store::multi_get(const std::vector<std::string>& keys) {
   wait(keys);
+  const bool one_request = impl_->call("multi_get", [&](Clock::time_point deadline) {
+    return impl_->knows(Op::kMultiGet, deadline);
+  });
+  if (!one_request) {
+    // A 1.13 server (torchrun 1.13 hosting the job's store): one GET per key.
+    std::vector<std::string> values;
+    values.reserve(keys.size());
+    for (const auto& key : keys) values.push_back(get(key));
+    return values;
+  }
   return impl_->call("multi_get", [&](Clock::time_point deadline) {
     auto w = impl_->request(Op::kMultiGet, deadline);
     w.value<uint64_t>(keys.size());

@@ -19,8 +19,10 @@
 namespace ddp::detail::collectives {
 namespace {
 
+using testing::expected;
 using testing::InMemoryNetwork;
 using testing::TypedBuffer;
+using testing::value;
 
 constexpr std::chrono::milliseconds kTimeout{5000};
 
@@ -51,27 +53,6 @@ void run_ok(int n, Fn fn, std::size_t max_message = std::size_t{1} << 40) {
   for (auto& error : run_ranks(fabric, fn)) {
     if (error) std::rethrow_exception(error);
   }
-}
-
-// Element i of rank r: small integers, so every dtype (bf16 included) holds sums exactly.
-double value(int r, std::size_t i) { return (r + 1) * static_cast<double>(i % 7 + 1); }
-
-double expected(ReduceOp op, int n, std::size_t i, DataType dtype) {
-  const double unit = static_cast<double>(i % 7 + 1);
-  switch (op) {
-    case ReduceOp::kSum:
-      return unit * n * (n + 1) / 2;
-    case ReduceOp::kMin:
-      return unit;
-    case ReduceOp::kMax:
-      return unit * n;
-    case ReduceOp::kAvg: {
-      const double sum = unit * n * (n + 1) / 2;
-      const bool integral = dtype == DataType::kInt32 || dtype == DataType::kInt64;
-      return integral ? static_cast<double>(static_cast<std::int64_t>(sum) / n) : sum / n;
-    }
-  }
-  return 0;
 }
 
 struct NamedConfig {

@@ -18,8 +18,10 @@
 namespace ddp::detail::collectives {
 namespace {
 
+using testing::expected;
 using testing::InMemoryNetwork;
 using testing::TypedBuffer;
+using testing::value;
 
 constexpr std::chrono::milliseconds kTimeout{5000};
 
@@ -66,26 +68,6 @@ void run_hierarchy(Shape shape, const AlgorithmConfig& local_config,
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
-}
-
-double value(int r, std::size_t i) { return (r + 1) * static_cast<double>(i % 7 + 1); }
-
-double expected(ReduceOp op, int n, std::size_t i, DataType dtype) {
-  const double unit = static_cast<double>(i % 7 + 1);
-  const double sum = unit * n * (n + 1) / 2;
-  switch (op) {
-    case ReduceOp::kSum:
-      return sum;
-    case ReduceOp::kMin:
-      return unit;
-    case ReduceOp::kMax:
-      return unit * n;
-    case ReduceOp::kAvg: {
-      const bool integral = dtype == DataType::kInt32 || dtype == DataType::kInt64;
-      return integral ? static_cast<double>(static_cast<std::int64_t>(sum) / n) : sum / n;
-    }
-  }
-  return 0;
 }
 
 AlgorithmConfig ring_config(std::size_t chunk_bytes) {

@@ -66,6 +66,28 @@ struct TypedBuffer {
   DataType dtype;
 };
 
+// Element i of rank r: small integers, so every dtype (bf16 included) holds sums exactly.
+inline double value(int r, std::size_t i) { return (r + 1) * static_cast<double>(i % 7 + 1); }
+
+// What `op` over n ranks' value(r, i) gives, in `dtype` (kAvg truncates integers).
+inline double expected(ReduceOp op, int n, std::size_t i, DataType dtype) {
+  const double unit = static_cast<double>(i % 7 + 1);
+  switch (op) {
+    case ReduceOp::kSum:
+      return unit * n * (n + 1) / 2;
+    case ReduceOp::kMin:
+      return unit;
+    case ReduceOp::kMax:
+      return unit * n;
+    case ReduceOp::kAvg: {
+      const double sum = unit * n * (n + 1) / 2;
+      const bool integral = dtype == DataType::kInt32 || dtype == DataType::kInt64;
+      return integral ? static_cast<double>(static_cast<std::int64_t>(sum) / n) : sum / n;
+    }
+  }
+  return 0;
+}
+
 inline const std::vector<DataType>& all_dtypes() {
   static const std::vector<DataType> types{DataType::kFloat32,  DataType::kFloat64,
                                            DataType::kBFloat16, DataType::kFloat16,

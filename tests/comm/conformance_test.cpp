@@ -449,7 +449,10 @@ TEST_P(Conformance, PeerLeavingRightAfterJoiningIsACommError) {
   CommOptions options;
   options.timeout = 5s;
   const int leaver = world() - 1;
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  // Three tries catch the leaver at different points of its peers' construction; one suffices
+  // for each topology of several nodes, whose levels connect the same way.
+  const int attempts = GetParam().node_of.empty() ? 3 : 1;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
     const std::string prefix = server().next_group_prefix();
     auto outcomes = testing::run_ranks(world(), 30s, [&](int rank) {
       play_node(rank);

@@ -130,18 +130,26 @@ TEST(StoreInterop, ClientPassesAgainstTorchServers) {
       // 1.13 has no APPEND: the server drops the connection, and the client says so at once.
       EXPECT_THROW(s->append("ap", "x"), ddp::StoreError);
       EXPECT_EQ(s->get("later"), "x");  // and reconnects for the next call
+      // Nor MULTI_GET: the client reads the keys one by one (as the communicators' topology
+      // exchange does under torchrun 1.13).
+      s->set("m1", "1");
+      s->set("m2", "2");
+      EXPECT_EQ(s->multi_get({"m1", "m2"}), (std::vector<std::string>{"1", "2"}));
     }
   }
 }
 
 TEST(StoreInterop, TrainMnistRunsUnderATorchHostedStore) {
+#ifndef TRAIN_MNIST_PATH
+  GTEST_SKIP() << "train_mnist is not built here (DDP_BUILD_EXAMPLES=OFF)";
+#else
   REQUIRE_ROOT();
   for (const auto& t : torches()) {
     SCOPED_TRACE(t.name);
     TorchServer server(t);
     const int port = server.port;
     ASSERT_GT(port, 0);
-    std::vector<std::unique_ptr<ChildProcess>> ranks;
+    std::vector<std::unique_ptr<ChildProcess> > ranks;
     for (int r = 0; r < 2; ++r) {
       ranks.push_back(std::make_unique<ChildProcess>(
           std::vector<std::string>{TRAIN_MNIST_PATH, "--train-subset", "512", "--test-subset",
@@ -158,6 +166,7 @@ TEST(StoreInterop, TrainMnistRunsUnderATorchHostedStore) {
     }
     for (auto& r : ranks) EXPECT_EQ(r->wait(300s), 0) << r->output();
   }
+#endif
 }
 
 }  // namespace

@@ -63,7 +63,8 @@ class Store {
   bool remove(const std::string& key);
   // Appends to the key's value (creates it when missing).
   void append(const std::string& key, const std::string& value);
-  // Waits for every key, then reads them all in one round trip.
+  // Waits for every key, then reads them all in one round trip (one per key from a 1.13
+  // server, which has no MULTI_GET).
   std::vector<std::string> multi_get(const std::vector<std::string>& keys);
   void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);
   // Keys in the whole store (every prefix).
