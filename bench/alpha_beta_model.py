@@ -28,9 +28,13 @@ usage: bench/alpha_beta_model.py RESULTS.txt [RESULTS.txt ...] [--out table.txt]
 """
 import argparse
 import math
+import os
 import re
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shaped_link import bucket_bytes  # noqa: E402
 
 
 def parse(paths):
@@ -86,13 +90,6 @@ def hierarchical(n, l, s, **p):
     return min(slices, whole)
 
 
-def rate_bits(rate):
-    for unit, factor in (("kbit", 1e3), ("mbit", 1e6), ("gbit", 1e9)):
-        if rate.endswith(unit):
-            return float(rate[: -len(unit)]) * factor
-    return float(rate)
-
-
 # Predictions for clusters this machine cannot run, from assumptions stated here and in the
 # README. Shared memory: 2 us per step and 10 GB/s per rank (one core's copy on a current
 # 64-vCPU node; this VM's fitted figure, printed first, is 2-3 times slower). The network:
@@ -146,7 +143,7 @@ def main():
             data = variants.get(f"{backend}-flat")
             if data:
                 a_n, b_n = fit(data)
-                burst = max(16 << 10, rate_bits(rate) / 8 * 0.00025)
+                burst = bucket_bytes(rate)
                 params[(backend, rate)] = dict(a_n=a_n, b_n=b_n, a_s=a_s, b_s=b_s, burst=burst)
                 emit(f"{backend} between pods, {rate}: alpha {a_n * 1e6:.1f} us, beta "
                      f"{b_n * 1e9:.3f} ns/B ({8 / b_n / 1e9:.2f} Gb/s)")

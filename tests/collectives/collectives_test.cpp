@@ -31,19 +31,7 @@ std::vector<std::exception_ptr> run_ranks(InMemoryNetwork& fabric, Fn fn) {
   const int n = fabric.size();
   std::vector<std::unique_ptr<PeerTransport>> transports;
   for (int r = 0; r < n; ++r) transports.push_back(fabric.transport(r));
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(*transports[r], r);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
+  return testing::run_threads(n, [&](int r) { fn(*transports[r], r); });
 }
 
 template <typename Fn>

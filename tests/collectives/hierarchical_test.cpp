@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
 #include <thread>
 
@@ -52,20 +53,11 @@ void run_hierarchy(Shape shape, const AlgorithmConfig& local_config,
       cross[n * shape.local + l] = cross_networks[l]->transport(n);
     }
   }
-  std::vector<std::exception_ptr> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(Hierarchy{*local[r], *cross[r], local_config, cross_config}, r / shape.local,
-           r % shape.local);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
+  const auto errors = testing::run_threads(world, [&](int r) {
+    fn(Hierarchy{*local[r], *cross[r], local_config, cross_config}, r / shape.local,
+       r % shape.local);
+  });
+  for (const auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
 }

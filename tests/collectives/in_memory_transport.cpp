@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 #include "ddp/error.h"
@@ -188,6 +189,22 @@ void InMemoryNetwork::post_recv(const Key& key, const Posted& recv) {
   match(it->second, recv);
   sends_.erase(it);
   changed_.notify_all();
+}
+
+std::vector<std::exception_ptr> run_threads(int n, const std::function<void(int rank)>& fn) {
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
 }
 
 }  // namespace ddp::detail::collectives::testing

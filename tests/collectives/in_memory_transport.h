@@ -11,6 +11,8 @@
 // sends of at most eager_message_bytes() may use any memory, as shm's injects can.
 #include <chrono>
 #include <condition_variable>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -66,5 +68,9 @@ class InMemoryNetwork {
   std::multimap<Key, Posted> sends_;
   std::multimap<Key, Posted> receives_;
 };
+
+// Runs fn(rank) on `n` threads, one per rank, and returns each rank's exception (null for a rank
+// that returned).
+std::vector<std::exception_ptr> run_threads(int n, const std::function<void(int rank)>& fn);
 
 }  // namespace ddp::detail::collectives::testing

@@ -53,11 +53,9 @@ void Communicator::announce_topology(Topology topology, bool hierarchical,
   topology_ = std::move(topology);
   hierarchical_ = hierarchical;
   if (rank_ != 0) return;
-  if (warn) {
-    log::warn("{}: topology {}; collectives {}", backend_name(), topology_.describe(), collectives);
-  } else {
-    log::info("{}: topology {}; collectives {}", backend_name(), topology_.describe(), collectives);
-  }
+  log::logger().log(warn ? spdlog::level::warn : spdlog::level::info,
+                    "{}: topology {}; collectives {}", backend_name(), topology_.describe(),
+                    collectives);
 }
 
 void Communicator::validate_broadcast(const Buffer& buffer, int root) const {

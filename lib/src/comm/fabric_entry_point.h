@@ -8,7 +8,6 @@
 #include <string>
 
 #include "comm/fabric_module.h"
-
 #include "ddp/comm/communicator.h"
 #include "ddp/store.h"
 #include "fabric_build_id.h"

@@ -87,8 +87,7 @@ Topology exchange_topology(Store& store, int rank, int size) {
   std::vector<std::string> keys;
   keys.reserve(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) keys.push_back(prefix + std::to_string(r));
-  store.wait(keys);
-  return Topology(store.multi_get(keys), rank);
+  return Topology(store.multi_get(keys), rank);  // waits for every key first
 }
 
 }  // namespace detail

@@ -31,8 +31,6 @@ class Topology {
   int local_size_of(int node) const { return static_cast<int>(members_[node].size()); }
   // The global ranks on `node`, ascending.
   const std::vector<int>& members(int node) const { return members_[node]; }
-  // The global rank with local index `local_rank` on `node`.
-  int rank_at(int node, int local_rank) const { return members_[node][local_rank]; }
   // Every node holds the same number of ranks.
   bool uniform() const;
 

@@ -24,9 +24,6 @@ enum Stage : std::uint64_t {
   kCrossBarrier,
 };
 
-// The reduction of the steps before the last: kAvg sums, the last step divides.
-ReduceOp partial(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
-
 }  // namespace
 
 CollectivesMode collectives_mode_from_env() {
@@ -35,18 +32,6 @@ CollectivesMode collectives_mode_from_env() {
                                            {"flat", CollectivesMode::kFlat},
                                            {"hierarchical", CollectivesMode::kHierarchical}})
       .value_or(CollectivesMode::kAuto);
-}
-
-const char* to_string(CollectivesMode mode) {
-  switch (mode) {
-    case CollectivesMode::kAuto:
-      return "auto";
-    case CollectivesMode::kFlat:
-      return "flat";
-    case CollectivesMode::kHierarchical:
-      return "hierarchical";
-  }
-  return "unknown";
 }
 
 HierarchyDecision decide_hierarchy(const Topology& topology, CollectivesMode mode) {
@@ -64,6 +49,12 @@ HierarchyDecision decide_hierarchy(const Topology& topology, CollectivesMode mod
   return {true, topology.describe(), false};
 }
 
+std::string describe(const HierarchyDecision& decision, const std::string& inside,
+                     const std::string& between) {
+  if (!decision.hierarchical) return "flat (" + decision.reason + ")";
+  return "hierarchical (" + inside + " inside nodes, " + between + " between them)";
+}
+
 void allreduce_hierarchical(const Hierarchy& h, Buffer buffer, ReduceOp op) {
   PeerTransport& local = h.local;
   PeerTransport& cross = h.cross;
@@ -73,7 +64,8 @@ void allreduce_hierarchical(const Hierarchy& h, Buffer buffer, ReduceOp op) {
   if (buffer.bytes() < kHierarchicalSliceFromBytes || buffer.count < static_cast<std::size_t>(l)) {
     {
       OpScope scope(local, CollectiveKind::kAllreduce, buffer, h.local_config, detail, kLocalWhole);
-      allreduce_in_op(local, buffer, Reduction(buffer.dtype, partial(op), l), h.local_config);
+      allreduce_in_op(local, buffer, Reduction(buffer.dtype, partial_reduction(op), l),
+                      h.local_config);
       scope.finish();
     }
     OpScope scope(cross, CollectiveKind::kAllreduce, buffer, h.cross_config, detail, kCrossWhole);
@@ -88,7 +80,7 @@ void allreduce_hierarchical(const Hierarchy& h, Buffer buffer, ReduceOp op) {
                   kLocalReduceScatter);
     local.expose(buffer.data, buffer.bytes());
     char* slots = static_cast<char*>(local.scratch(layout.slot_bytes(h.local_config)));
-    const Reduction sum(buffer.dtype, partial(op), l);
+    const Reduction sum(buffer.dtype, partial_reduction(op), l);
     run_ring(local, buffer, RingPhases::kReduceScatter, &sum, layout, h.local_config, slots);
     scope.finish();
   }

@@ -21,7 +21,6 @@ namespace ddp::detail::collectives {
 // DDP_COLLECTIVES=auto|flat|hierarchical (default auto).
 enum class CollectivesMode { kAuto, kFlat, kHierarchical };
 CollectivesMode collectives_mode_from_env();
-const char* to_string(CollectivesMode mode);
 
 struct HierarchyDecision {
   bool hierarchical = false;
@@ -35,6 +34,17 @@ struct HierarchyDecision {
 // Hierarchical where the ranks span more than one node with more than one rank on each and
 // every node holds as many ranks; flat otherwise, or when `mode` says so.
 HierarchyDecision decide_hierarchy(const Topology& topology, CollectivesMode mode);
+
+// How the collectives run, for the log: "hierarchical (shm inside nodes, tcp;ofi_rxm between
+// them)" with the two levels' transports, or "flat (one node)".
+std::string describe(const HierarchyDecision& decision, const std::string& inside,
+                     const std::string& between);
+
+// The reduction of every step but the one that completes a result: kAvg sums, and that last
+// step divides.
+inline ReduceOp partial_reduction(ReduceOp op) {
+  return op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+}
 
 struct Hierarchy {
   PeerTransport& local;  // this node's ranks, in local-rank order

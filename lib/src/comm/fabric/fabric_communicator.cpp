@@ -32,11 +32,9 @@ FabricCommunicator::FabricCommunicator(std::shared_ptr<Store> store, int rank, i
         "between nodes, local rank " + std::to_string(topology.local_rank()));
     cross_ = {std::move(cross.transport), cross.config, cross.provider};
   }
-  const std::string levels = decision.hierarchical
-                                 ? "hierarchical (" + local_.provider + " inside nodes, " +
-                                       cross_.provider + " between them)"
-                                 : "flat (" + decision.reason + ")";
-  announce_topology(std::move(topology), decision.hierarchical, levels, decision.fell_back);
+  announce_topology(std::move(topology), decision.hierarchical,
+                    collectives::describe(decision, local_.provider, cross_.provider),
+                    decision.fell_back);
 }
 
 FabricCommunicator::~FabricCommunicator() {

@@ -162,8 +162,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
       direct_budget_(per_peer(kDirectExchangeBudget, size)),
       allreduce_ring_from_(per_peer(kAllreduceRingFromBytes, size)),
       forced_algorithm_(gloo_algorithm_from_env()),
-      collectives_config_(collectives_config(forced_algorithm_)),
-      level_config_(level_config()) {
+      collectives_config_(collectives_config(forced_algorithm_)) {
   ignore_sigpipe_unless_handled();
   auto device = make_gloo_device(store->endpoint_host());
   GlooStoreBridge bridge(store);
@@ -207,9 +206,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
   log::debug("gloo: connected {} ranks, allreduce algorithm {}", size,
              to_string(forced_algorithm_));
   announce_topology(std::move(topology), decision.hierarchical,
-                    decision.hierarchical ? "hierarchical (" + local_.provider + " inside nodes, " +
-                                                cross_.provider + " between them)"
-                                          : "flat (" + decision.reason + ")",
+                    collectives::describe(decision, local_.provider, cross_.provider),
                     decision.fell_back);
 }
 
@@ -225,7 +222,7 @@ GlooCommunicator::Level GlooCommunicator::connect_node_level(
                                     topology.local_size(), timeout(),
                                     "inside node " + std::to_string(topology.node()));
     Level level;
-    level.shm = std::move(node.transport);
+    level.transport = std::move(node.transport);
     level.config = node.config;
     level.provider = "libfabric " + node.provider;
     return level;
@@ -243,20 +240,20 @@ GlooCommunicator::Level GlooCommunicator::connect_level(
     const std::shared_ptr<Store>& store, const std::shared_ptr<gloo::transport::Device>& device,
     int rank, int size) {
   Level level;
+  level.config = level_config();
   GlooStoreBridge bridge(store);
   level.mesh = connect_mesh(bridge, device, rank, size, timeout());
   gloo::rendezvous::PrefixStore exchange_store("exchange", bridge);
   level.exchange_mesh = connect_mesh(exchange_store, device, rank, size, timeout());
   try {
     level.exchange =
-        std::make_unique<GlooDirectExchange>(level.exchange_mesh, level_config_.fingerprint());
+        std::make_unique<GlooDirectExchange>(level.exchange_mesh, level.config.fingerprint());
   } catch (const gloo::Exception& e) {
     throw CommError("connect", this->rank(), -1,
                     first_line(e.what()) +
                         "; a peer exited while the group was forming, see the other ranks' logs");
   }
   level.transport = std::make_unique<GlooPeerTransport>(level.mesh, *level.exchange, timeout());
-  level.config = level_config_;
   level.provider = "gloo's TCP pairs";
   return level;
 }
@@ -266,12 +263,12 @@ void GlooCommunicator::allreduce_by_direct_levels(Buffer buffer, ReduceOp op) {
                                              static_cast<std::uint32_t>(op), 0);
   // Tells these exchanges from the ones that open the levels' other collectives.
   signature.plan = kDirectLevelsPlan;
+  const ReduceOp partial = collectives::partial_reduction(op);
   for (Level* level : {&local_, &cross_}) {
     // The node sums; then each rank's counterparts combine the node sums, where kAvg divides.
     const bool last = level == &cross_;
-    const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-    if (level->shm) {
-      collectives::allreduce(*level->shm, buffer, partial, level->config);
+    if (!level->exchange) {  // libddp_fabric's shared memory, inside the node
+      collectives::allreduce(*level->transport, buffer, partial, level->config);
       continue;
     }
     const int ranks = level->mesh->size;
@@ -283,7 +280,7 @@ void GlooCommunicator::allreduce_by_direct_levels(Buffer buffer, ReduceOp op) {
 }
 
 collectives::Hierarchy GlooCommunicator::levels() const {
-  return {local_.peers(), cross_.peers(), local_.config, cross_.config};
+  return {*local_.transport, *cross_.transport, local_.config, cross_.config};
 }
 
 GlooCommunicator::~GlooCommunicator() { shutdown(); }
@@ -340,8 +337,7 @@ void GlooCommunicator::poison(const std::string& cause) {
   transport_->abandon();
   if (payloads_) payloads_->abandon();
   for (Level* level : {&local_, &cross_}) {
-    if (level->transport) level->transport->abandon();
-    if (level->shm) level->shm->abort(cause);
+    if (level->transport) level->transport->abort(cause);
   }
   exchange_.reset();
   exchange_mesh_.reset();
@@ -355,7 +351,6 @@ void GlooCommunicator::poison(const std::string& cause) {
   payloads_.reset();
   local_.transport.reset();
   cross_.transport.reset();
-  local_.shm.reset();
 }
 
 void GlooCommunicator::exchange(CollectiveKind kind, const Buffer& buffer, std::uint32_t detail,

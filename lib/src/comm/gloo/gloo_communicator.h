@@ -79,19 +79,15 @@ class GlooCommunicator final : public Communicator {
   // The two levels of the hierarchical collectives: the ranks of this node, and the ranks with
   // this local index on every node. Between nodes, and inside them where libddp_fabric cannot be
   // loaded, a level is a gloo mesh with a direct exchange of its own (which carries its
-  // signatures) and a transport over it; inside nodes it is otherwise libddp_fabric's shared
-  // memory transport (`shm`).
+  // signatures) and a GlooPeerTransport over it; inside nodes it is otherwise libddp_fabric's
+  // shared memory transport, with no mesh.
   struct Level {
     std::shared_ptr<gloo::rendezvous::Context> mesh;
     std::shared_ptr<gloo::rendezvous::Context> exchange_mesh;
-    std::unique_ptr<GlooDirectExchange> exchange;
-    std::unique_ptr<GlooPeerTransport> transport;
-    std::unique_ptr<collectives::PeerTransport> shm;
+    std::unique_ptr<GlooDirectExchange> exchange;           // null on libddp_fabric's transport
+    std::unique_ptr<collectives::PeerTransport> transport;  // null when the collectives are flat
     collectives::AlgorithmConfig config;
     std::string provider;  // for the log: "gloo's TCP pairs" or libfabric's provider
-    collectives::PeerTransport& peers() const {
-      return shm ? *shm : static_cast<collectives::PeerTransport&>(*transport);
-    }
   };
   Level connect_level(const std::shared_ptr<Store>& store,
                       const std::shared_ptr<gloo::transport::Device>& device, int rank, int size);
@@ -119,8 +115,7 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<GlooPeerTransport> transport_;
   GlooAllreduceAlgorithm forced_algorithm_;
   collectives::AlgorithmConfig collectives_config_;
-  collectives::AlgorithmConfig level_config_;  // the levels on gloo's pairs
-  Level local_;                                // empty when the collectives are flat
+  Level local_;
   Level cross_;
   std::string failure_;
 };
