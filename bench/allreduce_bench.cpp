@@ -101,8 +101,9 @@ std::vector<VariantFactory> all_variants(int world) {
                }});
   if (world == 2) v.push_back(tcp_socket_exchange_variant());
   v.push_back(ddp_variant("ddp_gloo", "gloo"));
-  v.push_back(ddp_variant("ddp_gloo_ring", "gloo", {{"DDP_GLOO_ALGORITHM", "ring"}}));
-  v.push_back(ddp_variant("ddp_gloo_gloo_ring", "gloo", {{"DDP_GLOO_ALGORITHM", "gloo_ring"}}));
+  v.push_back(ddp_variant("ddp_gloo_ring", "gloo", {{"DDP_ALGORITHM", "ring"}}));
+  // gloo without one-round collectives: the ring from the first byte.
+  v.push_back(ddp_variant("ddp_gloo_no_rounds", "gloo", {{"DDP_DIRECT_BYTES", "0"}}));
   v.push_back(ddp_variant("ddp_gloo_avg", "gloo", {}, ReduceOp::kAvg));
   v.push_back(ddp_variant("ddp_gloo_bf16", "gloo", {}, ReduceOp::kSum, DataType::kBFloat16));
   const auto backends = available_backends();

@@ -24,7 +24,7 @@ struct VariantFactory {
   std::function<std::unique_ptr<AllreduceVariant>(std::shared_ptr<Store>, int rank, int size)> make;
 };
 
-// ddp's communicator of `backend`, after setting `env` (e.g. DDP_GLOO_ALGORITHM=ring), running
+// ddp's communicator of `backend`, after setting `env` (e.g. DDP_ALGORITHM=ring), running
 // `op` (kSum like the references; kAvg is what DDP runs on its buckets) on the same bytes as
 // elements of `dtype` (kBFloat16: what DDP's bf16 gradient compression sends).
 VariantFactory ddp_variant(const std::string& name, const std::string& backend,

@@ -33,20 +33,20 @@ std::vector<VariantFactory> fabric_variants(int world_size) {
   };
   for (const char* chunk : {"131072", "262144", "1048576", "2097152"}) {
     variants.push_back(ddp_variant(std::string("ddp_fabric_shm_chunk") + chunk, "fabric",
-                                   with(shm, {{"DDP_FABRIC_CHUNK_BYTES", chunk}})));
+                                   with(shm, {{"DDP_CHUNK_BYTES", chunk}})));
   }
   for (const char* chunk : {"262144", "1048576", "2097152", "4194304"}) {
     variants.push_back(ddp_variant(std::string("ddp_fabric_tcp_chunk") + chunk, "fabric",
-                                   with(tcp, {{"DDP_FABRIC_CHUNK_BYTES", chunk}})));
+                                   with(tcp, {{"DDP_CHUNK_BYTES", chunk}})));
   }
   for (const char* chunk : {"131072", "262144", "1048576", "2097152"}) {
-    variants.push_back(ddp_variant(
-        std::string("ddp_fabric_shm_depth1_chunk") + chunk, "fabric",
-        with(shm, {{"DDP_FABRIC_CHUNK_BYTES", chunk}, {"DDP_FABRIC_PIPELINE_DEPTH", "1"}})));
+    variants.push_back(
+        ddp_variant(std::string("ddp_fabric_shm_depth1_chunk") + chunk, "fabric",
+                    with(shm, {{"DDP_CHUNK_BYTES", chunk}, {"DDP_PIPELINE_DEPTH", "1"}})));
   }
   for (const char* depth : {"1", "4"}) {
     variants.push_back(ddp_variant(std::string("ddp_fabric_shm_depth") + depth, "fabric",
-                                   with(shm, {{"DDP_FABRIC_PIPELINE_DEPTH", depth}})));
+                                   with(shm, {{"DDP_PIPELINE_DEPTH", depth}})));
   }
   // The ring forced at every size, and recursive doubling, on both providers: on TCP, where every
   // message past the eager size costs ofi_rxm a rendezvous, where the two cross need not be where
@@ -54,17 +54,17 @@ std::vector<VariantFactory> fabric_variants(int world_size) {
   for (const auto& [provider, env] :
        {std::pair<const char*, const Env&>{"shm", shm}, {"tcp", tcp}}) {
     const std::string prefix = std::string("ddp_fabric_") + provider + "_";
-    variants.push_back(ddp_variant(prefix + "ring_always", "fabric",
-                                   with(env, {{"DDP_FABRIC_ALGORITHM", "ring"}})));
+    variants.push_back(
+        ddp_variant(prefix + "ring_always", "fabric", with(env, {{"DDP_ALGORITHM", "ring"}})));
     variants.push_back(ddp_variant(prefix + "doubling_always", "fabric",
-                                   with(env, {{"DDP_FABRIC_ALGORITHM", "recursive_doubling"}})));
+                                   with(env, {{"DDP_ALGORITHM", "recursive_doubling"}})));
     // The ring taking its chunks step by step instead of in a wavefront.
-    variants.push_back(ddp_variant(prefix + "step_order", "fabric",
-                                   with(env, {{"DDP_FABRIC_RING_ORDER", "step"}})));
+    variants.push_back(
+        ddp_variant(prefix + "step_order", "fabric", with(env, {{"DDP_RING_ORDER", "step"}})));
     // The ring as EFA pipelines it (the defaults before shm and tcp got their own).
-    variants.push_back(ddp_variant(
-        prefix + "efa_pipeline", "fabric",
-        with(env, {{"DDP_FABRIC_CHUNK_BYTES", "262144"}, {"DDP_FABRIC_PIPELINE_DEPTH", "4"}})));
+    variants.push_back(
+        ddp_variant(prefix + "efa_pipeline", "fabric",
+                    with(env, {{"DDP_CHUNK_BYTES", "262144"}, {"DDP_PIPELINE_DEPTH", "4"}})));
   }
   return variants;
 }

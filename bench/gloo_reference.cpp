@@ -57,6 +57,8 @@ class ClassicAllreduce final : public AllreduceVariant {
   std::unique_ptr<Algorithm<float>> algorithm_;
 };
 
+// gloo::allreduce, the API torch's ProcessGroupGloo calls, with its ring or its bcube.
+template <gloo::AllreduceOptions::Algorithm kAlgorithm>
 class UnboundAllreduce final : public AllreduceVariant {
  public:
   explicit UnboundAllreduce(std::shared_ptr<gloo::Context> context)
@@ -67,6 +69,7 @@ class UnboundAllreduce final : public AllreduceVariant {
   }
   void run() override {
     gloo::AllreduceOptions opts(context_);
+    opts.setAlgorithm(kAlgorithm);
     opts.setOutput(data_, count_);
     opts.setReduceFunction(
         static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
@@ -93,7 +96,9 @@ std::vector<VariantFactory> raw_gloo_variants() {
       factory<ClassicAllreduce<gloo::AllreduceRing>>("gloo_AllreduceRing"),
       factory<ClassicAllreduce<gloo::AllreduceRingChunked>>("gloo_AllreduceRingChunked"),
       factory<ClassicAllreduce<gloo::AllreduceHalvingDoubling>>("gloo_AllreduceHalvingDoubling"),
-      factory<UnboundAllreduce>("gloo_allreduce_api"),
+      factory<UnboundAllreduce<gloo::AllreduceOptions::Algorithm::RING>>("gloo_allreduce_api"),
+      factory<UnboundAllreduce<gloo::AllreduceOptions::Algorithm::BCUBE>>(
+          "gloo_allreduce_api_bcube"),
   };
 }
 

@@ -1,9 +1,13 @@
-// The collectives' settings: each libfabric provider's defaults, and the environment's overrides
-// on top of them.
+// The collectives' settings: one configuration for every transport, the transports' defaults
+// (gloo's here, libfabric's providers' in tests/fabric/provider_tuning_test.cpp), and the
+// environment's overrides on top of them.
 #include "comm/collectives/algorithm_config.h"
 
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "comm/gloo/gloo_peer_transport.h"
 #include "ddp/error.h"
 #include "scoped_env.h"
 
@@ -12,40 +16,46 @@ namespace {
 
 using testing::ScopedEnv;
 
-TEST(AlgorithmConfig, TcpStartsTheRingAtLargerPayloadsThanShm) {
-  EXPECT_EQ(AlgorithmConfig::for_provider("shm").ring_threshold_bytes, 128u * 1024);
-  EXPECT_EQ(AlgorithmConfig::for_provider("efa").ring_threshold_bytes, 64u * 1024);
-  EXPECT_EQ(AlgorithmConfig::for_provider("tcp;ofi_rxm").ring_threshold_bytes, 512u * 1024);
+// Clears every variable from_env reads, so that the host's environment cannot leak in.
+struct CleanEnv {
+  ScopedEnv algorithm{"DDP_ALGORITHM", nullptr};
+  ScopedEnv direct{"DDP_DIRECT_BYTES", nullptr};
+  ScopedEnv threshold{"DDP_RING_THRESHOLD", nullptr};
+  ScopedEnv chunk{"DDP_CHUNK_BYTES", nullptr};
+  ScopedEnv depth{"DDP_PIPELINE_DEPTH", nullptr};
+  ScopedEnv order{"DDP_RING_ORDER", nullptr};
+  ScopedEnv slice{"DDP_HIERARCHY_SLICE_BYTES", nullptr};
+};
+
+TEST(AlgorithmConfig, GlooTakesOneRoundUpToOneMiBSentPerRankThenTheRing) {
+  const auto gloo = gloo_algorithm_defaults();
+  EXPECT_EQ(gloo.direct_bytes, 1u << 20);
+  EXPECT_EQ(gloo.ring_threshold_bytes, 0u);
+  EXPECT_EQ(gloo.chunk_bytes, 4u << 20);
+  EXPECT_EQ(gloo.min_chunk_bytes, 1u << 20);
+  EXPECT_EQ(gloo.slice_from_bytes, (64u << 10) + 1);
+  EXPECT_EQ(AlgorithmConfig{}.direct_bytes, 0u) << "one-round collectives are opt-in";
 }
 
-TEST(AlgorithmConfig, WhereACoreCopiesEveryByteTheRingRunsInLargerChunksOneReceiveAhead) {
-  for (const char* provider : {"shm", "tcp;ofi_rxm", "tcp"}) {
-    SCOPED_TRACE(provider);
-    EXPECT_EQ(AlgorithmConfig::for_provider(provider).chunk_bytes, 512u * 1024);
-    EXPECT_EQ(AlgorithmConfig::for_provider(provider).pipeline_depth, 2);
-  }
-  // EFA's NIC moves data while the core reduces: the deeper pipeline stays.
-  EXPECT_EQ(AlgorithmConfig::for_provider("efa").chunk_bytes, 256u * 1024);
-  EXPECT_EQ(AlgorithmConfig::for_provider("efa").pipeline_depth, 4);
-}
-
-TEST(AlgorithmConfig, TheEnvironmentOverridesTheProvidersDefaults) {
-  ScopedEnv threshold("DDP_FABRIC_RING_THRESHOLD", "131072");
-  ScopedEnv algorithm("DDP_FABRIC_ALGORITHM", nullptr);
-  ScopedEnv chunk("DDP_FABRIC_CHUNK_BYTES", nullptr);
-  ScopedEnv depth("DDP_FABRIC_PIPELINE_DEPTH", nullptr);
-  ScopedEnv order("DDP_FABRIC_RING_ORDER", nullptr);
-  const auto config = AlgorithmConfig::from_env(AlgorithmConfig::for_provider("tcp;ofi_rxm"));
+TEST(AlgorithmConfig, TheEnvironmentOverridesTheTransportsDefaults) {
+  CleanEnv clean;
+  ScopedEnv threshold("DDP_RING_THRESHOLD", "131072");
+  ScopedEnv direct("DDP_DIRECT_BYTES", "4096");
+  ScopedEnv algorithm("DDP_ALGORITHM", "direct");
+  ScopedEnv slice("DDP_HIERARCHY_SLICE_BYTES", "1024");
+  const auto config = AlgorithmConfig::from_env(gloo_algorithm_defaults());
   EXPECT_EQ(config.ring_threshold_bytes, 131072u);
+  EXPECT_EQ(config.direct_bytes, 4096u);
+  EXPECT_EQ(config.allreduce, AllreduceAlgorithm::kDirect);
+  EXPECT_EQ(config.slice_from_bytes, 1024u);
+  EXPECT_EQ(config.chunk_bytes, 4u << 20) << "an unset variable keeps the default";
 }
 
-TEST(AlgorithmConfig, UnsetVariablesKeepTheProvidersDefaults) {
-  ScopedEnv threshold("DDP_FABRIC_RING_THRESHOLD", nullptr);
-  ScopedEnv algorithm("DDP_FABRIC_ALGORITHM", nullptr);
-  const auto config = AlgorithmConfig::from_env(AlgorithmConfig::for_provider("tcp;ofi_rxm"));
-  EXPECT_EQ(config.ring_threshold_bytes, 512u * 1024);
-  EXPECT_NE(config.fingerprint(), AlgorithmConfig::from_env(AlgorithmConfig{}).fingerprint())
-      << "ranks on different providers' defaults must not agree on a plan";
+TEST(AlgorithmConfig, UnsetVariablesKeepTheTransportsDefaults) {
+  CleanEnv clean;
+  const auto gloo = gloo_algorithm_defaults();
+  EXPECT_EQ(AlgorithmConfig::from_env(gloo).fingerprint(), gloo.fingerprint());
+  EXPECT_NE(gloo.fingerprint(), AlgorithmConfig{}.fingerprint());
 }
 
 TEST(AlgorithmConfig, PlanFingerprintFollowsTheSettingsThatShapeMessages) {
@@ -64,29 +74,57 @@ TEST(AlgorithmConfig, PlanFingerprintFollowsTheSettingsThatShapeMessages) {
   AlgorithmConfig e = a;
   e.ring_order = RingOrder::kStep;  // ranks taking chunks in different orders can deadlock
   EXPECT_NE(a.fingerprint(), e.fingerprint());
+  AlgorithmConfig f = a;
+  f.direct_bytes = 1 << 20;  // one round against the ring
+  EXPECT_NE(a.fingerprint(), f.fingerprint());
+  AlgorithmConfig g = a;
+  g.slice_from_bytes = 1 << 20;  // a whole buffer against a slice across nodes
+  EXPECT_NE(a.fingerprint(), g.fingerprint());
 }
 
 TEST(AlgorithmConfig, TheRingOrderIsAWavefrontUnlessTheEnvironmentAsksForSteps) {
-  {
-    ScopedEnv order("DDP_FABRIC_RING_ORDER", nullptr);
-    for (const char* provider : {"shm", "tcp;ofi_rxm", "efa"}) {
-      EXPECT_EQ(AlgorithmConfig::from_env(AlgorithmConfig::for_provider(provider)).ring_order,
-                RingOrder::kWavefront)
-          << provider;
-    }
-  }
-  ScopedEnv order("DDP_FABRIC_RING_ORDER", "step");
-  EXPECT_EQ(AlgorithmConfig::from_env(AlgorithmConfig::for_provider("shm")).ring_order,
-            RingOrder::kStep);
+  CleanEnv clean;
+  EXPECT_EQ(AlgorithmConfig::from_env(AlgorithmConfig{}).ring_order, RingOrder::kWavefront);
+  ScopedEnv order("DDP_RING_ORDER", "step");
+  EXPECT_EQ(AlgorithmConfig::from_env(AlgorithmConfig{}).ring_order, RingOrder::kStep);
 }
 
 TEST(AlgorithmConfig, AMalformedSettingIsAConfigError) {
+  CleanEnv clean;
   {
-    ScopedEnv algorithm("DDP_FABRIC_ALGORITHM", "halving");
+    ScopedEnv algorithm("DDP_ALGORITHM", "halving");
     EXPECT_THROW(AlgorithmConfig::from_env(AlgorithmConfig{}), ConfigError);
   }
-  ScopedEnv order("DDP_FABRIC_RING_ORDER", "diagonal");
+  {
+    ScopedEnv direct("DDP_DIRECT_BYTES", "-1");
+    EXPECT_THROW(AlgorithmConfig::from_env(AlgorithmConfig{}), ConfigError);
+  }
+  ScopedEnv order("DDP_RING_ORDER", "diagonal");
   EXPECT_THROW(AlgorithmConfig::from_env(AlgorithmConfig{}), ConfigError);
+}
+
+// The per-backend variables of earlier releases fail with the name that replaced them, rather
+// than being ignored while the job runs with settings its author did not ask for.
+TEST(AlgorithmConfig, TheReplacedPerBackendVariablesNameTheirSuccessors) {
+  CleanEnv clean;
+  const std::pair<const char*, const char*> renamed[] = {
+      {"DDP_GLOO_ALGORITHM", "DDP_ALGORITHM"},
+      {"DDP_FABRIC_ALGORITHM", "DDP_ALGORITHM"},
+      {"DDP_FABRIC_RING_THRESHOLD", "DDP_RING_THRESHOLD"},
+      {"DDP_FABRIC_CHUNK_BYTES", "DDP_CHUNK_BYTES"},
+      {"DDP_FABRIC_PIPELINE_DEPTH", "DDP_PIPELINE_DEPTH"},
+      {"DDP_FABRIC_RING_ORDER", "DDP_RING_ORDER"}};
+  for (const auto& [old_name, new_name] : renamed) {
+    ScopedEnv old_variable(old_name, "1");
+    try {
+      AlgorithmConfig::from_env(AlgorithmConfig{});
+      ADD_FAILURE() << old_name << " was accepted";
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(old_name), std::string::npos) << what;
+      EXPECT_NE(what.find(new_name), std::string::npos) << what;
+    }
+  }
 }
 
 }  // namespace

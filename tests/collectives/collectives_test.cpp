@@ -63,10 +63,18 @@ std::vector<NamedConfig> configs() {
   AlgorithmConfig ring_split = ring_deep;  // as the gloo backend cuts mid-sized blocks
   ring_split.chunk_bytes = 1024;
   ring_split.min_chunk_bytes = 24;
-  AlgorithmConfig ring_steps = ring_deep;  // DDP_FABRIC_RING_ORDER=step
+  AlgorithmConfig ring_steps = ring_deep;  // DDP_RING_ORDER=step
   ring_steps.ring_order = RingOrder::kStep;
-  return {{"auto", AlgorithmConfig{}}, {"doubling", doubling},     {"ring_fine", ring_fine},
-          {"ring_deep", ring_deep},    {"ring_split", ring_split}, {"ring_steps", ring_steps}};
+  AlgorithmConfig direct;  // one round for every op (DDP_ALGORITHM=direct, a large budget)
+  direct.allreduce = AllreduceAlgorithm::kDirect;
+  direct.direct_bytes = std::size_t{1} << 40;
+  AlgorithmConfig direct_then_ring = ring_split;  // as on gloo: a round, then the ring
+  direct_then_ring.allreduce = AllreduceAlgorithm::kAuto;
+  direct_then_ring.direct_bytes = 600;
+  return {{"auto", AlgorithmConfig{}}, {"doubling", doubling},
+          {"ring_fine", ring_fine},    {"ring_deep", ring_deep},
+          {"ring_split", ring_split},  {"ring_steps", ring_steps},
+          {"direct", direct},          {"direct_then_ring", direct_then_ring}};
 }
 
 const std::vector<std::size_t> kCounts{0, 1, 2, 7, 33, 257, 4099};
@@ -211,39 +219,47 @@ TEST_P(Collectives, ReduceScatterGivesEachRankItsReducedBlockAndKeepsTheInput) {
 
 TEST_P(Collectives, BarrierReleasesNoRankBeforeAllArrived) {
   const int n = GetParam();
-  for (int round = 0; round < 20; ++round) {
-    std::atomic<int> arrived{0};
-    std::atomic<bool> early{false};
-    run_ok(n, [&](PeerTransport& t, int r) {
-      if (r == round % n) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      arrived.fetch_add(1);
-      barrier(t);
-      if (arrived.load() != n) early = true;
-    });
-    ASSERT_FALSE(early.load()) << "a rank left the barrier before every rank entered it";
+  for (const auto& [name, config] : configs()) {
+    SCOPED_TRACE(name);  // dissemination, or one round where the config takes rounds
+    for (int round = 0; round < 20; ++round) {
+      std::atomic<int> arrived{0};
+      std::atomic<bool> early{false};
+      run_ok(n, [&](PeerTransport& t, int r) {
+        if (r == round % n) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        arrived.fetch_add(1);
+        barrier(t, config);
+        if (arrived.load() != n) early = true;
+      });
+      ASSERT_FALSE(early.load()) << "a rank left the barrier before every rank entered it";
+    }
   }
 }
 
 TEST_P(Collectives, BackToBackOpsOfDifferentKindsStayApart) {
   const int n = GetParam();
-  AlgorithmConfig config;
-  config.chunk_bytes = 128;
-  config.ring_threshold_bytes = 512;
-  run_ok(n, [&](PeerTransport& t, int r) {
-    for (int iter = 0; iter < 30; ++iter) {
-      const std::size_t count = 1 + (iter * 37) % 300;
-      std::vector<std::int64_t> data(count, r + 1);
-      allreduce(t, Buffer(data), ReduceOp::kSum, config);
-      for (auto v : data) ASSERT_EQ(v, n * (n + 1) / 2);
-      barrier(t);
-      std::vector<std::int64_t> gathered(count * n);
-      allgather(t, Buffer(data.data(), count), Buffer(gathered), config);
-      for (auto v : gathered) ASSERT_EQ(v, n * (n + 1) / 2);
-      std::vector<std::int64_t> root_data(count, r == iter % n ? iter : -1);
-      broadcast(t, Buffer(root_data), iter % n, config);
-      for (auto v : root_data) ASSERT_EQ(v, iter);
-    }
-  });
+  AlgorithmConfig plain;
+  plain.chunk_bytes = 128;
+  plain.ring_threshold_bytes = 512;
+  // Rounds for the small ops, the ring and the chain for the large ones, mixed in one stream.
+  AlgorithmConfig mixed = plain;
+  mixed.direct_bytes = 1024;
+  for (const AlgorithmConfig& config : {plain, mixed}) {
+    run_ok(n, [&](PeerTransport& t, int r) {
+      for (int iter = 0; iter < 30; ++iter) {
+        const std::size_t count = 1 + (iter * 37) % 300;
+        std::vector<std::int64_t> data(count, r + 1);
+        allreduce(t, Buffer(data), ReduceOp::kSum, config);
+        for (auto v : data) ASSERT_EQ(v, n * (n + 1) / 2);
+        barrier(t, config);
+        std::vector<std::int64_t> gathered(count * n);
+        allgather(t, Buffer(data.data(), count), Buffer(gathered), config);
+        for (auto v : gathered) ASSERT_EQ(v, n * (n + 1) / 2);
+        std::vector<std::int64_t> root_data(count, r == iter % n ? iter : -1);
+        broadcast(t, Buffer(root_data), iter % n, config);
+        for (auto v : root_data) ASSERT_EQ(v, iter);
+      }
+    });
+  }
 }
 
 TEST_P(Collectives, MessagesRespectTheTransportsSizeLimit) {
@@ -297,6 +313,26 @@ TEST_P(Collectives, AllreduceSendsAFewEagerMessagesInsteadOfOneLargeOne) {
     EXPECT_EQ(fabric.largest_message_bytes() <= kEager, split)
         << "largest message " << fabric.largest_message_bytes() << " bytes";
   }
+}
+
+// A round is taken while the bytes a rank sends (payload x peers) stay below direct_bytes and the
+// payload fits the transport's round; DDP_ALGORITHM=direct takes it wherever the payload fits.
+TEST(DirectCollectives, ARoundIsTakenBelowTheBytesSentPerRankAndWhereThePayloadFits) {
+  InMemoryNetwork network(5, kTimeout);
+  network.set_max_message_bytes(4096);  // the default round carries one message per peer
+  auto transport = network.transport(0);
+  AlgorithmConfig config;
+  config.direct_bytes = 8192;  // 4 peers: payloads below 2 KiB
+  config.ring_threshold_bytes = 0;
+  EXPECT_EQ(choose_allreduce(*transport, 2047, 2047, config), AllreduceAlgorithm::kDirect);
+  EXPECT_EQ(choose_allreduce(*transport, 2048, 2048, config), AllreduceAlgorithm::kRing);
+  config.allreduce = AllreduceAlgorithm::kDirect;
+  EXPECT_EQ(choose_allreduce(*transport, 4096, 4096, config), AllreduceAlgorithm::kDirect);
+  EXPECT_EQ(choose_allreduce(*transport, 4097, 4097, config), AllreduceAlgorithm::kRing)
+      << "a payload the round cannot carry takes auto's choice among the others";
+  config.allreduce = AllreduceAlgorithm::kAuto;
+  config.direct_bytes = 0;
+  EXPECT_EQ(choose_allreduce(*transport, 8, 8, config), AllreduceAlgorithm::kRing);
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 5, 7, 8),

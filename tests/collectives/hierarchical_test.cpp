@@ -62,6 +62,13 @@ void run_hierarchy(Shape shape, const AlgorithmConfig& local_config,
   }
 }
 
+// One round per step wherever a payload allows (gloo's rounds).
+AlgorithmConfig round_config() {
+  AlgorithmConfig config;
+  config.direct_bytes = std::size_t{1} << 20;
+  return config;
+}
+
 AlgorithmConfig ring_config(std::size_t chunk_bytes) {
   AlgorithmConfig config;
   config.allreduce = AllreduceAlgorithm::kRing;
@@ -78,8 +85,16 @@ TEST_P(Hierarchical, AllreduceIsExactForEveryDtypeAndOp) {
   const int world = shape.nodes * shape.local;
   AlgorithmConfig doubling;
   doubling.allreduce = AllreduceAlgorithm::kRecursiveDoubling;
-  const std::pair<const char*, AlgorithmConfig> configs[] = {
-      {"auto", AlgorithmConfig{}}, {"ring", ring_config(96)}, {"doubling", doubling}};
+  // As on gloo: each level's steps in one round while small, the ring past that, and the whole
+  // buffer across nodes up to a larger size than the default's.
+  AlgorithmConfig direct = ring_config(1024);
+  direct.allreduce = AllreduceAlgorithm::kAuto;
+  direct.direct_bytes = 12 * 1024;
+  direct.slice_from_bytes = 4 * 1024;
+  const std::pair<const char*, AlgorithmConfig> configs[] = {{"auto", AlgorithmConfig{}},
+                                                             {"ring", ring_config(96)},
+                                                             {"doubling", doubling},
+                                                             {"direct", direct}};
   // 0 and 1 elements, fewer elements than local ranks, and both sides of the slice switch in
   // every element size.
   const std::size_t counts[] = {0, 1, 3, 257, 1025, 2053, 5003};
@@ -114,17 +129,18 @@ TEST_P(Hierarchical, BroadcastDeliversTheRootsBufferFromEveryRoot) {
   for (std::size_t count : {std::size_t{0}, std::size_t{5}, std::size_t{3001}}) {
     for (int root = 0; root < world; ++root) {
       SCOPED_TRACE("count " + std::to_string(count) + " root " + std::to_string(root));
-      std::vector<TypedBuffer> buffers(world, TypedBuffer(count, DataType::kFloat32));
-      for (int r = 0; r < world; ++r) {
-        for (std::size_t i = 0; i < count; ++i) buffers[r].set(i, value(r, i));
-      }
-      run_hierarchy(shape, ring_config(256), AlgorithmConfig{},
-                    [&](const Hierarchy& h, int node, int local) {
-                      broadcast_hierarchical(h, buffers[node * shape.local + local].view(),
-                                             root / shape.local, root % shape.local);
-                    });
-      for (int r = 0; r < world; ++r) {
-        for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(buffers[r].get(i), value(root, i));
+      for (const AlgorithmConfig& cross : {AlgorithmConfig{}, round_config()}) {
+        std::vector<TypedBuffer> buffers(world, TypedBuffer(count, DataType::kFloat32));
+        for (int r = 0; r < world; ++r) {
+          for (std::size_t i = 0; i < count; ++i) buffers[r].set(i, value(r, i));
+        }
+        run_hierarchy(shape, ring_config(256), cross, [&](const Hierarchy& h, int node, int local) {
+          broadcast_hierarchical(h, buffers[node * shape.local + local].view(), root / shape.local,
+                                 root % shape.local);
+        });
+        for (int r = 0; r < world; ++r) {
+          for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(buffers[r].get(i), value(root, i));
+        }
       }
     }
   }
@@ -136,7 +152,8 @@ TEST_P(Hierarchical, BarrierHoldsEveryRankUntilTheLastEnters) {
   for (int late = 0; late < world; ++late) {
     std::atomic<int> entered{0};
     std::atomic<int> left_early{0};
-    run_hierarchy(shape, AlgorithmConfig{}, AlgorithmConfig{},
+    // Dissemination inside the node, one round across.
+    run_hierarchy(shape, AlgorithmConfig{}, round_config(),
                   [&](const Hierarchy& h, int node, int local) {
                     if (node * shape.local + local == late) {
                       std::this_thread::sleep_for(std::chrono::milliseconds(20));

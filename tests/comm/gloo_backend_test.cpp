@@ -1,7 +1,8 @@
-// What the gloo backend adds to the conformance suite: every DDP_GLOO_ALGORITHM gives exact
-// results at sizes that take each of the backend's paths, and a disagreement on a large collective,
-// whose data runs over the shared collectives, is reported as the mismatch it is (not as a
-// timeout), after which the communicator refuses further work.
+// What the gloo backend adds to the conformance suite: every DDP_ALGORITHM gives exact results at
+// sizes that take each of gloo's paths (a round inside the exchange mesh's messages, a round with
+// the payloads beside them, the ring), and a disagreement on a large collective, whose data runs
+// over the ring, is reported as the mismatch it is (not as a timeout), after which the
+// communicator refuses further work.
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -9,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "comm/gloo/gloo_communicator.h"
+#include "comm/transport_communicator.h"
 #include "ddp/comm/factory.h"
 #include "ddp/error.h"
 #include "multiprocess.h"
@@ -76,7 +77,7 @@ TEST_P(GlooAlgorithm, EveryCollectiveIsExactAtEverySize) {
   const std::string algorithm = GetParam();
   const std::string prefix = server().next_group_prefix();
   auto outcomes = testing::run_ranks(3, 120s, [&](int rank) {
-    setenv("DDP_GLOO_ALGORITHM", algorithm.c_str(), 1);
+    setenv("DDP_ALGORITHM", algorithm.c_str(), 1);
     auto comm =
         create_communicator("gloo", server().connect_client(prefix), rank, 3, with_timeout(20s));
     for (std::size_t n :
@@ -84,11 +85,11 @@ TEST_P(GlooAlgorithm, EveryCollectiveIsExactAtEverySize) {
       check_every_collective(*comm, n);
     }
   });
-  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes)) << "DDP_GLOO_ALGORITHM=" << algorithm;
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes)) << "DDP_ALGORITHM=" << algorithm;
 }
 
 INSTANTIATE_TEST_SUITE_P(Gloo, GlooAlgorithm,
-                         ::testing::Values("auto", "direct", "ring", "gloo_ring", "bcube"),
+                         ::testing::Values("auto", "direct", "ring", "recursive_doubling"),
                          [](const auto& info) { return std::string(info.param); });
 
 // Two nodes of two ranks (DDP_TEST_HOST_ID) where libddp_fabric cannot open a transport
@@ -142,53 +143,43 @@ TEST(GlooBackend, LargeMismatchIsReportedAsSuchAndPoisonsTheCommunicator) {
 }
 
 TEST(GlooBackend, RanksWithDifferentAlgorithmSettingsFailClearly) {
-  // Rank 0 would run the ring, rank 1 the direct exchange: without the check rank 1 would
-  // reduce a payload rank 0 never sent.
+  // Rank 0 would run the ring, rank 1 one round: without the check rank 1 would reduce a payload
+  // rank 0 never sent.
   const std::string prefix = server().next_group_prefix();
   auto outcomes = testing::run_ranks(2, 60s, [&](int rank) {
-    setenv("DDP_GLOO_ALGORITHM", rank == 0 ? "ring" : "auto", 1);
+    setenv("DDP_ALGORITHM", rank == 0 ? "ring" : "auto", 1);
     auto comm =
         create_communicator("gloo", server().connect_client(prefix), rank, 2, with_timeout(15s));
     std::vector<float> data(100, 1.0f);
     try {
       comm->allreduce(data, ReduceOp::kSum);
-      require(false, "allreduce across different DDP_GLOO_ALGORITHM settings succeeded");
+      require(false, "allreduce across different DDP_ALGORITHM settings succeeded");
     } catch (const TimeoutError& e) {
       require(false, std::string("the disagreement surfaced only as a timeout: ") + e.what());
     } catch (const CommError& e) {
-      require(std::string(e.what()).find("DDP_GLOO_ALGORITHM") != std::string::npos, e.what());
+      require(std::string(e.what()).find("DDP_ALGORITHM") != std::string::npos, e.what());
     }
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
 }
 
-TEST(GlooBackend, AutoAndDirectAreTheSameSetting) {
-  const std::string prefix = server().next_group_prefix();
-  auto outcomes = testing::run_ranks(2, 60s, [&](int rank) {
-    setenv("DDP_GLOO_ALGORITHM", rank == 0 ? "direct" : "auto", 1);
-    auto comm =
-        create_communicator("gloo", server().connect_client(prefix), rank, 2, with_timeout(15s));
-    for (std::size_t n : {kSmallFloats, kMidFloats, kLargeFloats}) check_every_collective(*comm, n);
-  });
-  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
-}
-
-// An allreduce takes the ring from 1 MiB sent per rank (payload x peers) and the one-round
-// exchange below it, and both sides of that line give exact results.
+// An allreduce takes the ring from 1 MiB sent per rank (payload x peers) and one round below it,
+// and both sides of that line give exact results.
 TEST(GlooBackend, AllreduceTakesTheRingFromOneMiBSentPerRank) {
+  using detail::collectives::AllreduceAlgorithm;
   for (int world : {2, 3}) {
     const std::size_t ring_from = (std::size_t{1} << 20) / static_cast<std::size_t>(world - 1);
     const std::string prefix = server().next_group_prefix();
     auto outcomes = testing::run_ranks(world, 60s, [&](int rank) {
-      unsetenv("DDP_GLOO_ALGORITHM");
+      unsetenv("DDP_ALGORITHM");
       auto comm = create_communicator("gloo", server().connect_client(prefix), rank, world,
                                       with_timeout(15s));
-      auto* gloo = dynamic_cast<detail::GlooCommunicator*>(comm.get());
-      require(gloo != nullptr, "the gloo backend is not a GlooCommunicator");
-      require(gloo->choose_allreduce_algorithm(ring_from - 4) ==
-                  detail::GlooAllreduceAlgorithm::kDirect,
-              "just below the line an allreduce does not take the exchange");
-      require(gloo->choose_allreduce_algorithm(ring_from) == detail::GlooAllreduceAlgorithm::kRing,
+      auto* gloo = dynamic_cast<detail::TransportCommunicator*>(comm.get());
+      require(gloo != nullptr, "the gloo backend is not a TransportCommunicator");
+      require(gloo->allreduce_algorithm(ring_from - 4, ring_from / 4 - 1) ==
+                  AllreduceAlgorithm::kDirect,
+              "just below the line an allreduce does not take one round");
+      require(gloo->allreduce_algorithm(ring_from, ring_from / 4) == AllreduceAlgorithm::kRing,
               "at the line an allreduce does not take the ring");
       for (std::size_t n : {ring_from / 4 - 1, ring_from / 4}) check_every_collective(*comm, n);
     });
@@ -196,15 +187,23 @@ TEST(GlooBackend, AllreduceTakesTheRingFromOneMiBSentPerRank) {
   }
 }
 
-TEST(GlooBackend, UnknownAlgorithmIsAConfigError) {
+TEST(GlooBackend, UnknownOrReplacedAlgorithmSettingsAreConfigErrors) {
   const std::string prefix = server().next_group_prefix();
   auto outcomes = testing::run_ranks(1, 30s, [&](int rank) {
-    setenv("DDP_GLOO_ALGORITHM", "halving", 1);
+    setenv("DDP_ALGORITHM", "halving", 1);
     try {
       create_communicator("gloo", server().connect_client(prefix), rank, 1);
-      require(false, "DDP_GLOO_ALGORITHM=halving was accepted");
+      require(false, "DDP_ALGORITHM=halving was accepted");
     } catch (const ConfigError& e) {
-      require(std::string(e.what()).find("gloo_ring") != std::string::npos, e.what());
+      require(std::string(e.what()).find("recursive_doubling") != std::string::npos, e.what());
+    }
+    unsetenv("DDP_ALGORITHM");
+    setenv("DDP_GLOO_ALGORITHM", "bcube", 1);
+    try {
+      create_communicator("gloo", server().connect_client(prefix), rank, 1);
+      require(false, "DDP_GLOO_ALGORITHM=bcube was accepted");
+    } catch (const ConfigError& e) {
+      require(std::string(e.what()).find("DDP_ALGORITHM") != std::string::npos, e.what());
     }
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));

@@ -672,8 +672,8 @@ TEST(FabricQueues, ARingWithMoreChunksThanTheSendQueueHoldsCompletes) {
     SCOPED_TRACE(c.provider);
     ScopedEnv provider("DDP_FABRIC_PROVIDER", c.provider);
     ScopedEnv depth(c.variable, "16");
-    ScopedEnv algorithm("DDP_FABRIC_ALGORITHM", "ring");
-    ScopedEnv chunk("DDP_FABRIC_CHUNK_BYTES", c.chunk_bytes);
+    ScopedEnv algorithm("DDP_ALGORITHM", "ring");
+    ScopedEnv chunk("DDP_CHUNK_BYTES", c.chunk_bytes);
     const std::size_t count = 2 * 64 * static_cast<std::size_t>(std::stoi(c.chunk_bytes)) / 4;
     auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
       auto comm = create_communicator("fabric", store, rank, 2, with_timeout(10s));

@@ -70,8 +70,8 @@ std::string mismatch_message(const CollectiveSignature& mine, const CollectiveSi
   }();
   if (only_the_plan_differs) {
     return "rank " + std::to_string(peer) + " runs " + describe(mine) +
-           " with other algorithm settings (DDP_GLOO_ALGORITHM, DDP_FABRIC_*); set them alike on "
-           "every rank";
+           " with other algorithm settings (DDP_ALGORITHM, DDP_DIRECT_BYTES, DDP_RING_*, "
+           "DDP_CHUNK_BYTES, DDP_HIERARCHY_SLICE_BYTES); set them alike on every rank";
   }
   return "rank " + std::to_string(peer) + " issued " + describe(theirs) +
          " while this rank issued " + describe(mine) +

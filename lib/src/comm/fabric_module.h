@@ -18,7 +18,7 @@ struct FabricModule;
 // A transport joining the ranks of one node, for the other backends' hierarchical collectives.
 struct NodeTransport {
   std::unique_ptr<collectives::PeerTransport> transport;
-  collectives::AlgorithmConfig config;  // its provider's defaults, with the DDP_FABRIC_* overrides
+  collectives::AlgorithmConfig config;  // its provider's defaults, with the environment's overrides
   std::string provider;                 // "shm", or what connect_fabric chose where shm cannot run
 };
 

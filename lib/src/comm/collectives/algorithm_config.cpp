@@ -4,13 +4,35 @@
 #include <string>
 
 #include "ddp/env_vars.h"
+#include "ddp/error.h"
 
 namespace ddp::detail::collectives {
+namespace {
+
+// The per-backend variables of earlier releases, and what replaced each.
+struct Renamed {
+  const char* old_name;
+  const char* new_name;
+};
+constexpr Renamed kRenamed[] = {
+    {"DDP_GLOO_ALGORITHM",
+     "DDP_ALGORITHM=auto|direct|ring|recursive_doubling (gloo's own "
+     "gloo_ring and bcube are gone; bench/ keeps them as references)"},
+    {"DDP_FABRIC_ALGORITHM", "DDP_ALGORITHM"},
+    {"DDP_FABRIC_RING_THRESHOLD", "DDP_RING_THRESHOLD"},
+    {"DDP_FABRIC_CHUNK_BYTES", "DDP_CHUNK_BYTES"},
+    {"DDP_FABRIC_PIPELINE_DEPTH", "DDP_PIPELINE_DEPTH"},
+    {"DDP_FABRIC_RING_ORDER", "DDP_RING_ORDER"},
+};
+
+}  // namespace
 
 const char* to_string(AllreduceAlgorithm algorithm) {
   switch (algorithm) {
     case AllreduceAlgorithm::kAuto:
       return "auto";
+    case AllreduceAlgorithm::kDirect:
+      return "direct";
     case AllreduceAlgorithm::kRing:
       return "ring";
     case AllreduceAlgorithm::kRecursiveDoubling:
@@ -22,70 +44,48 @@ const char* to_string(AllreduceAlgorithm algorithm) {
 std::uint64_t AlgorithmConfig::fingerprint() const {
   std::uint64_t hash = static_cast<std::uint64_t>(allreduce);
   for (std::uint64_t value :
-       {std::uint64_t{ring_threshold_bytes}, std::uint64_t{chunk_bytes},
-        std::uint64_t{min_chunk_bytes}, static_cast<std::uint64_t>(ring_order)}) {
+       {std::uint64_t{direct_bytes}, std::uint64_t{ring_threshold_bytes},
+        std::uint64_t{chunk_bytes}, std::uint64_t{min_chunk_bytes},
+        static_cast<std::uint64_t>(ring_order), std::uint64_t{slice_from_bytes}}) {
     hash = (hash ^ value) * 0x100000001b3ULL;
   }
   return hash;
 }
 
-AlgorithmConfig AlgorithmConfig::for_provider(const std::string& provider) {
-  AlgorithmConfig config;
-  const bool tcp = provider.find("tcp") != std::string::npos;
-  const bool shm = provider == "shm";
-  if (tcp || shm) {
-    // On shm (the receiver's CMA copy) and over TCP (the kernel's copies) a CPU core moves every
-    // byte: a deeper pipeline overlaps nothing with the reduction on these cores, it only adds
-    // messages and evicts what the reduction is about to read. Larger chunks with one receive
-    // posted ahead, against 256 KiB chunks with three ahead, 2 ranks interleaved: 1.1-1.2x at
-    // 1-64 MiB on shm and tcp (bench/allreduce_bench with DDP_BENCH_FABRIC_TUNING=1,
-    // bench/results/2026-11-23-fabric-pipeline.txt). EFA keeps the deeper pipeline: its NIC
-    // moves the data while the core reduces.
-    config.chunk_bytes = std::size_t{512} << 10;
-    config.pipeline_depth = 2;
-  }
-  if (shm) {
-    // Below this, recursive doubling in 4 KiB injects (up to 32 of them, recursive_doubling.cpp)
-    // beats the ring's CMA messages. 2 ranks interleaved with the bare ring and c10d, speed
-    // relative to the bare ring, doubling against the ring: 64 KiB 1.54 against 1.23, 128 KiB
-    // 1.24 against 1.18; at 256 KiB the ring stays ahead, 1.14 against 1.00
-    // (bench/results/2026-11-25-shm-eager-doubling.txt).
-    config.ring_threshold_bytes = std::size_t{128} << 10;
-  }
-  if (tcp) {
-    // bench/allreduce_bench with DDP_BENCH_FABRIC_TUNING=1, 2 ranks on tcp;ofi_rxm, recursive
-    // doubling against the ring in the same runs: at 16-256 KiB doubling took 0.70-0.98 of the
-    // ring's time in both placements of this VM's cores (64 KiB: 135 vs 181 us, 117 vs 152 us);
-    // from 1 MiB up which is faster depends on the placement (1 MiB: 888 vs 1213 us in one set,
-    // 728 vs 508 in another), and the ring moves fewer bytes on more than 2 ranks.
-    config.ring_threshold_bytes = std::size_t{512} << 10;
-  }
-  return config;
-}
-
 AlgorithmConfig AlgorithmConfig::from_env(AlgorithmConfig defaults) {
+  for (const auto& [old_name, new_name] : kRenamed) {
+    if (env::get(old_name)) {
+      throw ConfigError(std::string(old_name) + " is no longer read: one set of algorithm " +
+                        "settings serves every backend; use " + new_name);
+    }
+  }
   AlgorithmConfig config = defaults;
   if (auto algorithm = env::get_choice<AllreduceAlgorithm>(
-          "DDP_FABRIC_ALGORITHM",
-          {{"auto", AllreduceAlgorithm::kAuto},
-           {"ring", AllreduceAlgorithm::kRing},
-           {"recursive_doubling", AllreduceAlgorithm::kRecursiveDoubling}})) {
+          "DDP_ALGORITHM", {{"auto", AllreduceAlgorithm::kAuto},
+                            {"direct", AllreduceAlgorithm::kDirect},
+                            {"ring", AllreduceAlgorithm::kRing},
+                            {"recursive_doubling", AllreduceAlgorithm::kRecursiveDoubling}})) {
     config.allreduce = *algorithm;
   }
   if (auto order = env::get_choice<RingOrder>(
-          "DDP_FABRIC_RING_ORDER",
-          {{"wavefront", RingOrder::kWavefront}, {"step", RingOrder::kStep}})) {
+          "DDP_RING_ORDER", {{"wavefront", RingOrder::kWavefront}, {"step", RingOrder::kStep}})) {
     config.ring_order = *order;
   }
   constexpr long kGiB = 1L << 30;
-  if (auto v = env::get_int("DDP_FABRIC_RING_THRESHOLD", 0, kGiB)) {
+  if (auto v = env::get_int("DDP_DIRECT_BYTES", 0, kGiB)) {
+    config.direct_bytes = static_cast<std::size_t>(*v);
+  }
+  if (auto v = env::get_int("DDP_RING_THRESHOLD", 0, kGiB)) {
     config.ring_threshold_bytes = static_cast<std::size_t>(*v);
   }
-  if (auto v = env::get_int("DDP_FABRIC_CHUNK_BYTES", 64, kGiB)) {
+  if (auto v = env::get_int("DDP_CHUNK_BYTES", 64, kGiB)) {
     config.chunk_bytes = static_cast<std::size_t>(*v);
   }
-  if (auto v = env::get_int("DDP_FABRIC_PIPELINE_DEPTH", 1, 64)) {
+  if (auto v = env::get_int("DDP_PIPELINE_DEPTH", 1, 64)) {
     config.pipeline_depth = static_cast<int>(*v);
+  }
+  if (auto v = env::get_int("DDP_HIERARCHY_SLICE_BYTES", 0, kGiB)) {
+    config.slice_from_bytes = static_cast<std::size_t>(*v);
   }
   return config;
 }

@@ -1,14 +1,15 @@
 #pragma once
-// Tuning of the shared collectives: which allreduce algorithm, where the switch to the ring
-// happens and how finely the ring is pipelined. The fabric backend starts from its provider's
-// defaults (for_provider) and lets the environment override every value (from_env).
+// Tuning of the shared collectives: which allreduce algorithm, up to which size one round of
+// messages carries the whole op, where the switch to the ring happens and how finely the ring is
+// pipelined. One configuration for every transport: each backend starts from its transport's
+// defaults (fabric/provider_tuning.h, gloo/gloo_peer_transport.h) and from_env lets the
+// environment override every value.
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
 namespace ddp::detail::collectives {
 
-enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling };
+enum class AllreduceAlgorithm { kAuto, kDirect, kRing, kRecursiveDoubling };
 
 // The order in which the ring takes its incoming chunks (ring.h, wavefront_order).
 enum class RingOrder { kWavefront, kStep };
@@ -16,36 +17,41 @@ enum class RingOrder { kWavefront, kStep };
 const char* to_string(AllreduceAlgorithm algorithm);
 
 struct AlgorithmConfig {
-  // DDP_FABRIC_ALGORITHM=auto|ring|recursive_doubling
+  // DDP_ALGORITHM=auto|direct|ring|recursive_doubling: the allreduce algorithm. `direct` takes
+  // one round wherever the transport's round carries the payload, auto's choice elsewhere.
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::kAuto;
-  // DDP_FABRIC_RING_THRESHOLD: payloads of at least this many bytes use the bandwidth-optimal
-  // ring (allreduce) or pipelined chain (broadcast); smaller ones the latency-optimal schemes.
+  // DDP_DIRECT_BYTES: a collective whose payload times the peer count (the bytes each rank
+  // sends) is below this takes one round (direct.h), where every rank sends its payload to every
+  // other; 0: never. Pays where each message costs a wake-up (gloo's pairs).
+  std::size_t direct_bytes = 0;
+  // DDP_RING_THRESHOLD: payloads of at least this many bytes use the bandwidth-optimal ring
+  // (allreduce) or pipelined chain (broadcast); smaller ones the latency-optimal schemes.
   std::size_t ring_threshold_bytes = 64 * 1024;
-  // DDP_FABRIC_CHUNK_BYTES: the pipeline unit of the ring and the chain.
+  // DDP_CHUNK_BYTES: the pipeline unit of the ring and the chain.
   std::size_t chunk_bytes = 256 * 1024;
   // When set, a ring block smaller than kMinChunksPerBlock chunks is cut into that many chunks,
   // down to this size, so that mid-sized buffers still pipeline (0: chunks are chunk_bytes).
   std::size_t min_chunk_bytes = 0;
   static constexpr std::size_t kMinChunksPerBlock = 4;
-  // DDP_FABRIC_PIPELINE_DEPTH: receives kept posted at once, the one being waited for included.
+  // DDP_PIPELINE_DEPTH: receives kept posted at once, the one being waited for included.
   int pipeline_depth = 4;
-  // DDP_FABRIC_RING_ORDER=wavefront|step. The wavefront sends a reduced chunk on while it is
-  // still in the reducing core's caches: faster where the next reader is that core (the kernel's
-  // copy over TCP) or shares its caches; on shm it measured slower in most runs of this VM's
-  // other core placement (README "Measurements"). Ranks must agree: mixed orders can deadlock.
+  // DDP_RING_ORDER=wavefront|step. The wavefront sends a reduced chunk on while it is still in
+  // the reducing core's caches: faster where the next reader is that core (the kernel's copy over
+  // TCP) or shares its caches; on shm it measured slower in most runs of this VM's other core
+  // placement (README "Measurements"). Ranks must agree: mixed orders can deadlock.
   RingOrder ring_order = RingOrder::kWavefront;
+  // DDP_HIERARCHY_SLICE_BYTES: from this payload up a hierarchical allreduce reduce-scatters
+  // inside the node and sends each rank's 1/L slice across nodes (hierarchical.h); below it the
+  // node reduces the whole buffer and every local rank sends all of it.
+  std::size_t slice_from_bytes = 8 * 1024;
 
   // A hash of the settings that shape messages; ranks must agree on it (it travels in the op
   // header).
   std::uint64_t fingerprint() const;
 
-  // The defaults for a libfabric provider (as fi_info names it, e.g. "tcp;ofi_rxm"). Where a
-  // core copies every byte (shm, tcp) the ring runs in larger chunks, one receive ahead. On TCP
-  // every message past the eager size costs ofi_rxm a rendezvous, so the ring, which sends
-  // 2(P-1) messages per rank to recursive doubling's log2(P), starts at larger payloads.
-  static AlgorithmConfig for_provider(const std::string& provider);
-  // `defaults` (for_provider's), overridden by the variables above (ConfigError on malformed
-  // values).
+  // `defaults` (the transport's), overridden by the variables above. ConfigError on malformed
+  // values, and on the per-backend names these replaced (DDP_GLOO_ALGORITHM, DDP_FABRIC_*), naming
+  // the new one.
   static AlgorithmConfig from_env(AlgorithmConfig defaults);
 };
 

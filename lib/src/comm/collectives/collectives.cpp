@@ -4,15 +4,28 @@
 
 #include "comm/collectives/barrier.h"
 #include "comm/collectives/broadcast.h"
+#include "comm/collectives/direct.h"
 #include "comm/collectives/op_scope.h"
 #include "comm/collectives/recursive_doubling.h"
 #include "comm/collectives/ring.h"
 #include "comm/reduce_kernels.h"
 
 namespace ddp::detail::collectives {
-AllreduceAlgorithm choose_allreduce(std::size_t bytes, std::size_t count, int ranks,
-                                    const AlgorithmConfig& config) {
-  if (config.allreduce != AllreduceAlgorithm::kAuto) return config.allreduce;
+AllreduceAlgorithm choose_allreduce(const PeerTransport& transport, std::size_t bytes,
+                                    std::size_t count, const AlgorithmConfig& config) {
+  const int ranks = transport.size();
+  const bool fits_round = bytes <= transport.round_payload_bytes();
+  switch (config.allreduce) {
+    case AllreduceAlgorithm::kDirect:
+      if (fits_round) return AllreduceAlgorithm::kDirect;
+      break;  // auto's choice among the others
+    case AllreduceAlgorithm::kRing:
+    case AllreduceAlgorithm::kRecursiveDoubling:
+      return config.allreduce;
+    case AllreduceAlgorithm::kAuto:
+      if (takes_direct(transport, bytes, config)) return AllreduceAlgorithm::kDirect;
+      break;
+  }
   const bool ring_pays =
       bytes >= config.ring_threshold_bytes && count >= static_cast<std::size_t>(ranks);
   return ring_pays ? AllreduceAlgorithm::kRing : AllreduceAlgorithm::kRecursiveDoubling;
@@ -31,11 +44,11 @@ void allreduce(PeerTransport& transport, Buffer buffer, ReduceOp op,
 void allreduce_in_op(PeerTransport& transport, Buffer buffer, const Reduction& reduction,
                      const AlgorithmConfig& config) {
   const int n = transport.size();
-  if (buffer.count == 0) {
-    barrier_dissemination(transport);
-    return;
-  }
-  if (choose_allreduce(buffer.bytes(), buffer.count, n, config) == AllreduceAlgorithm::kRing) {
+  const auto algorithm = choose_allreduce(transport, buffer.bytes(), buffer.count, config);
+  if (algorithm == AllreduceAlgorithm::kDirect)
+    return allreduce_direct(transport, buffer, reduction);
+  if (buffer.count == 0) return barrier_in_op(transport, config);
+  if (algorithm == AllreduceAlgorithm::kRing) {
     const auto layout =
         ring_layout(buffer.count, buffer.dtype, n, config, transport.max_message_bytes());
     transport.expose(buffer.data, buffer.bytes());
@@ -57,8 +70,10 @@ void broadcast(PeerTransport& transport, Buffer buffer, int root, const Algorith
 
 void broadcast_in_op(PeerTransport& transport, Buffer buffer, int root,
                      const AlgorithmConfig& config) {
-  if (buffer.count == 0) {
-    barrier_dissemination(transport);
+  if (takes_direct(transport, buffer.bytes(), config)) {
+    broadcast_direct(transport, buffer, root);
+  } else if (buffer.count == 0) {
+    barrier_in_op(transport, config);
   } else if (buffer.bytes() < config.ring_threshold_bytes) {
     broadcast_binomial_tree(transport, buffer, root);
   } else {
@@ -75,8 +90,12 @@ void allgather(PeerTransport& transport, Buffer input, Buffer output,
   if (input.count > 0 && own != input.data) std::memmove(own, input.data, input.bytes());
   if (n == 1) return;
   OpScope scope(transport, CollectiveKind::kAllgather, input, config);
+  if (takes_direct(transport, input.bytes(), config)) {
+    allgather_direct(transport, input, output);
+    return scope.finish();
+  }
   if (input.count == 0) {
-    barrier_dissemination(transport);
+    barrier_in_op(transport, config);
     return scope.finish();
   }
   const auto layout =
@@ -98,8 +117,12 @@ void reduce_scatter(PeerTransport& transport, Buffer input, Buffer output, Reduc
   }
   OpScope scope(transport, CollectiveKind::kReduceScatter, output, config,
                 static_cast<std::uint32_t>(op));
+  if (takes_direct(transport, input.bytes(), config)) {
+    reduce_scatter_direct(transport, input, output, Reduction(input.dtype, op, n));
+    return scope.finish();
+  }
   if (output.count == 0) {
-    barrier_dissemination(transport);
+    barrier_in_op(transport, config);
     return scope.finish();
   }
   // The ring reduces in place; work on a copy so the caller's input stays untouched.
@@ -116,11 +139,16 @@ void reduce_scatter(PeerTransport& transport, Buffer input, Buffer output, Reduc
   std::memcpy(output.data, work + output.bytes() * static_cast<std::size_t>(r), output.bytes());
 }
 
-void barrier(PeerTransport& transport) {
+void barrier(PeerTransport& transport, const AlgorithmConfig& config) {
   if (transport.size() == 1) return;
-  OpScope scope(transport, CollectiveKind::kBarrier, Buffer(), AlgorithmConfig{});
-  barrier_dissemination(transport);
+  OpScope scope(transport, CollectiveKind::kBarrier, Buffer(), config);
+  barrier_in_op(transport, config);
   scope.finish();
+}
+
+void barrier_in_op(PeerTransport& transport, const AlgorithmConfig& config) {
+  if (config.direct_bytes > 0) return barrier_direct(transport);
+  barrier_dissemination(transport);
 }
 
 }  // namespace ddp::detail::collectives

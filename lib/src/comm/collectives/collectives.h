@@ -9,9 +9,10 @@
 
 namespace ddp::detail::collectives {
 
-// The allreduce algorithm `config` picks for a payload of `bytes` and `count` elements.
-AllreduceAlgorithm choose_allreduce(std::size_t bytes, std::size_t count, int ranks,
-                                    const AlgorithmConfig& config);
+// The allreduce algorithm `config` picks for a payload of `bytes` and `count` elements on
+// `transport` (kDirect where one round carries it and pays, direct.h).
+AllreduceAlgorithm choose_allreduce(const PeerTransport& transport, std::size_t bytes,
+                                    std::size_t count, const AlgorithmConfig& config);
 
 void allreduce(PeerTransport& transport, Buffer buffer, ReduceOp op, const AlgorithmConfig& config);
 void broadcast(PeerTransport& transport, Buffer buffer, int root, const AlgorithmConfig& config);
@@ -19,7 +20,7 @@ void allgather(PeerTransport& transport, Buffer input, Buffer output,
                const AlgorithmConfig& config);
 void reduce_scatter(PeerTransport& transport, Buffer input, Buffer output, ReduceOp op,
                     const AlgorithmConfig& config);
-void barrier(PeerTransport& transport);
+void barrier(PeerTransport& transport, const AlgorithmConfig& config);
 
 // The algorithms alone, within an op the caller has begun (for compositions, hierarchical.h).
 // allreduce_in_op combines with `reduction`, whose complete() finishes each result.
@@ -27,5 +28,7 @@ void allreduce_in_op(PeerTransport& transport, Buffer buffer, const Reduction& r
                      const AlgorithmConfig& config);
 void broadcast_in_op(PeerTransport& transport, Buffer buffer, int root,
                      const AlgorithmConfig& config);
+// One round where the config takes rounds (direct_bytes > 0), else the dissemination barrier.
+void barrier_in_op(PeerTransport& transport, const AlgorithmConfig& config);
 
 }  // namespace ddp::detail::collectives

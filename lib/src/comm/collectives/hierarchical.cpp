@@ -1,6 +1,5 @@
 #include "comm/collectives/hierarchical.h"
 
-#include "comm/collectives/barrier.h"
 #include "comm/collectives/collectives.h"
 #include "comm/collectives/op_scope.h"
 #include "comm/collectives/partition.h"
@@ -61,7 +60,10 @@ void allreduce_hierarchical(const Hierarchy& h, Buffer buffer, ReduceOp op) {
   const int l = local.size();
   const int world = l * cross.size();
   const auto detail = static_cast<std::uint32_t>(op);
-  if (buffer.bytes() < kHierarchicalSliceFromBytes || buffer.count < static_cast<std::size_t>(l)) {
+  // The split pays from the cross level's slice_from_bytes: below it the two extra steps cost
+  // more than sending the whole buffer across.
+  if (buffer.bytes() < h.cross_config.slice_from_bytes ||
+      buffer.count < static_cast<std::size_t>(l)) {
     {
       OpScope scope(local, CollectiveKind::kAllreduce, buffer, h.local_config, detail, kLocalWhole);
       allreduce_in_op(local, buffer, Reduction(buffer.dtype, partial_reduction(op), l),
@@ -115,12 +117,12 @@ void broadcast_hierarchical(const Hierarchy& h, Buffer buffer, int root_node, in
 
 void barrier_hierarchical(const Hierarchy& h) {
   {
-    OpScope scope(h.local, CollectiveKind::kBarrier, Buffer(), AlgorithmConfig{}, 0, kLocalBarrier);
-    barrier_dissemination(h.local);
+    OpScope scope(h.local, CollectiveKind::kBarrier, Buffer(), h.local_config, 0, kLocalBarrier);
+    barrier_in_op(h.local, h.local_config);
     scope.finish();
   }
-  OpScope scope(h.cross, CollectiveKind::kBarrier, Buffer(), AlgorithmConfig{}, 0, kCrossBarrier);
-  barrier_dissemination(h.cross);
+  OpScope scope(h.cross, CollectiveKind::kBarrier, Buffer(), h.cross_config, 0, kCrossBarrier);
+  barrier_in_op(h.cross, h.cross_config);
   scope.finish();
 }
 

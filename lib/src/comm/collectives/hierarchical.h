@@ -53,12 +53,10 @@ struct Hierarchy {
   const AlgorithmConfig& cross_config;
 };
 
-// Below this payload an allreduce reduces the whole buffer inside the node, then every local
-// rank allreduces all of it with its counterparts (the L groups in parallel, no third step); from
-// it up the node reduce-scatters, each rank allreduces its 1/L slice across nodes, and the node
-// allgathers.
-constexpr std::size_t kHierarchicalSliceFromBytes = 8 * 1024;
-
+// Below the cross level's slice_from_bytes an allreduce reduces the whole buffer inside the node,
+// then every local rank allreduces all of it with its counterparts (the L groups in parallel, no
+// third step); from it up the node reduce-scatters, each rank allreduces its 1/L slice across
+// nodes, and the node allgathers.
 // Same contract as collectives::allreduce; kAvg divides once, fused into the step that completes
 // each element, so the result is the flat one (bit for bit with integer-valued data).
 void allreduce_hierarchical(const Hierarchy& h, Buffer buffer, ReduceOp op);

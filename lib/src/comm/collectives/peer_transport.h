@@ -1,11 +1,18 @@
 #pragma once
 // The small point-to-point interface the collective algorithms are written against: tagged
-// sends and receives to a peer rank, and waits that drive progress. FabricTransport implements it
-// on libfabric; the unit tests implement it in memory, so every algorithm can be checked at any
-// world size without a fabric.
+// sends and receives to a peer rank, and waits that drive progress. Every backend is one of
+// these and the code that connects it: FabricTransport on libfabric, GlooPeerTransport on gloo's
+// TCP pairs; the unit tests implement it in memory, so every algorithm can be checked at any
+// world size without a network.
 //
 // A collective is bracketed by begin_op/end_op. Inside it, a message is identified by
 // (peer, index): the sender and the receiver must use the same index for the same message.
+//
+// A transport may also offer a round (exchange): every rank sends one payload to every other
+// rank and receives theirs, the whole op in one step. The direct algorithms (direct.h) are built
+// on it. The default runs it over send/recv; gloo's transport runs it on blocking writes and
+// reads by the calling thread, with the op's signature in the same message, so a small
+// collective costs one message per peer and one wake-up.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -55,12 +62,34 @@ class PeerTransport {
   // transport has failed.
   virtual void abort(const std::string& reason) = 0;
 
+  // Where exchange() may send this rank's payload from.
+  enum class PayloadSource {
+    kStage,    // a copy: the caller may overwrite the payload while the round runs
+    kInPlace,  // the payload itself, unchanged until exchange() returns
+  };
+  static constexpr int kEveryRank = -1;
+  // Within an op, as its only traffic: sends `payload` (`bytes` long, at most
+  // round_payload_bytes()) to every peer and receives every peer's. With `sender` == kEveryRank
+  // every rank sends `bytes`; otherwise only rank `sender` does and the others send empty
+  // messages (a broadcast). Every rank passes the same `bytes` and `sender`. Returns when every
+  // peer's message has arrived; exchanged() then reads them.
+  virtual void exchange(const void* payload, std::size_t bytes, int sender, PayloadSource source);
+  // After exchange(): the payload `peer` sent (this rank's own too). Valid until the op ends.
+  virtual const void* exchanged(int peer) const;
+  // The largest payload exchange() carries.
+  virtual std::size_t round_payload_bytes() const { return max_message_bytes(); }
+
   // Largest payload of one message.
   virtual std::size_t max_message_bytes() const = 0;
   // Largest message the provider copies eagerly, with no handshake between the ranks (shm's
   // inject size); 0 where every message costs the same. A payload a few times this size moves
   // faster as several eager messages than as one large one.
   virtual std::size_t eager_message_bytes() const = 0;
+
+ private:
+  // The default exchange's received payloads: one slot per rank in scratch memory.
+  const char* round_slots_ = nullptr;
+  std::size_t round_slot_bytes_ = 0;
 };
 
 }  // namespace ddp::detail::collectives

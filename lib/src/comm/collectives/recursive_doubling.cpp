@@ -16,7 +16,7 @@ constexpr std::uint32_t kFirstExchangeIndex = 2;
 // beat one 16 KiB message, whose CMA handshake costs a round trip (bench/allreduce_bench,
 // ddp_fabric_shm vs fabric_bare_ring_shm at 16 KiB), and sixteen beat the ring's two CMA
 // messages at 64 KiB (bench/results/2026-11-25-shm-eager-doubling.txt). 32 covers every payload
-// below shm's ring threshold (algorithm_config.cpp). Message i's pieces use the indices
+// below shm's ring threshold (fabric/provider_tuning.cpp). Message i's pieces use the indices
 // i * kMaxPieces + piece.
 constexpr std::size_t kMaxPieces = 32;
 

@@ -11,6 +11,7 @@
 #include "comm/fabric/host_identity.h"
 #include "comm/fabric/message_tag.h"
 #include "comm/fabric/provider_selection.h"
+#include "comm/fabric/provider_tuning.h"
 #include "comm/fabric/shm_region_names.h"
 #include "ddp/env_vars.h"
 #include "ddp/error.h"
@@ -144,8 +145,7 @@ OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, i
       answer.get(), per_device ? static_cast<std::size_t>(local_index(hosts, rank)) : 0, nullptr);
   OpenedEndpoint opened;
   opened.provider = info->fabric_attr->prov_name;
-  opened.config = collectives::AlgorithmConfig::from_env(
-      collectives::AlgorithmConfig::for_provider(opened.provider));
+  opened.config = collectives::AlgorithmConfig::from_env(algorithm_defaults(opened.provider));
   const auto& config = opened.config;
   const std::string description =
       "provider " + opened.provider + " (" + choice.reason + "), fabric " +
@@ -179,8 +179,8 @@ OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, i
 
 }  // namespace
 
-FabricConnection connect_fabric(Store& store, int rank, int size,
-                                std::chrono::milliseconds timeout, const std::string& group) {
+FabricConnection connect_fabric(Store& store, int rank, int size, std::chrono::milliseconds timeout,
+                                const std::string& group) {
   if (size > kMaxRanks) {
     throw ConfigError("the fabric backend supports at most " + std::to_string(kMaxRanks) +
                       " ranks, got " + std::to_string(size));

@@ -19,7 +19,8 @@ class FabricTransport;
 struct FabricConnection {
   std::unique_ptr<FabricTransport> transport;
   std::string provider;  // as libfabric names it, e.g. "shm" or "tcp;ofi_rxm"
-  // The provider's defaults (AlgorithmConfig::for_provider) with the environment's overrides.
+  // The provider's defaults (algorithm_defaults, provider_tuning.h) with the environment's
+  // overrides.
   collectives::AlgorithmConfig config;
 };
 
@@ -28,7 +29,7 @@ struct FabricConnection {
 // failed, StoreError if the store does not answer.
 // `group` names a part of the job in the log ("inside node 2"; empty for the whole job, whose
 // rank 0 logs the choice at info level, every other group at debug level).
-FabricConnection connect_fabric(Store& store, int rank, int size,
-                                std::chrono::milliseconds timeout, const std::string& group = "");
+FabricConnection connect_fabric(Store& store, int rank, int size, std::chrono::milliseconds timeout,
+                                const std::string& group = "");
 
 }  // namespace ddp::detail::fabric

@@ -12,7 +12,9 @@
 namespace ddp::detail {
 GlooPayloadExchange::GlooPayloadExchange(std::shared_ptr<gloo::Context> mesh,
                                          std::size_t max_payload_bytes)
-    : mesh_(std::move(mesh)), slots_(mesh_->rank, mesh_->size, max_payload_bytes) {
+    : mesh_(std::move(mesh)),
+      max_payload_bytes_(max_payload_bytes),
+      slots_(mesh_->rank, mesh_->size, max_payload_bytes) {
   send_buffer_ = mesh_->createUnboundBuffer(slots_.send_slot(), slots_.slot_bytes());
   auto& receive = slots_.receive_storage();
   recv_buffer_ = mesh_->createUnboundBuffer(receive.data(), receive.size());

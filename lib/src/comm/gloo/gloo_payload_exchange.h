@@ -29,6 +29,9 @@ class GlooPayloadExchange {
   GlooPayloadExchange(std::shared_ptr<gloo::Context> mesh, std::size_t max_payload_bytes);
   ~GlooPayloadExchange();
 
+  // The largest payload start() takes.
+  std::size_t max_payload_bytes() const { return max_payload_bytes_; }
+
   // Sends `payload` to every peer.
   void start(const void* payload, std::size_t payload_bytes, SendFrom from);
   // Waits for the peers' payloads and for this rank's sends; gloo's IoException on transport
@@ -37,7 +40,7 @@ class GlooPayloadExchange {
 
   // Drops the pending receives and lets go of the mesh, so that the caller can close the pairs
   // right after; the storage the receives pointed into stays until destruction (see
-  // GlooCommunicator::poison). Only destruction may follow.
+  // GlooPeerTransport::fail). Only destruction may follow.
   void abandon();
 
   // After finish(): the payload rank `peer` sent (this rank's own when peer == rank: the
@@ -51,6 +54,7 @@ class GlooPayloadExchange {
   void post_receives(int half, std::uint64_t slot);
 
   std::shared_ptr<gloo::Context> mesh_;
+  std::size_t max_payload_bytes_;
   GlooExchangeSlots slots_;
   std::unique_ptr<gloo::transport::UnboundBuffer> send_buffer_;  // over the staging slot
   // Over the caller's payload while an exchange sends from there, else null.

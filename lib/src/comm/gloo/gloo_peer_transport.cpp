@@ -1,19 +1,22 @@
 #include "comm/gloo/gloo_peer_transport.h"
 
+#include <algorithm>
+
 #include <gloo/common/error.h>
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include "comm/gloo/gloo_direct_exchange.h"
+#include "comm/gloo/gloo_payload_exchange.h"
 #include "comm/gloo/gloo_wait_budget.h"
 #include "ddp/error.h"
 
 namespace ddp::detail {
 namespace {
 
-// Slot layout: bit 63 set (gloo's own collectives and the direct exchange use small slots),
-// then 39 bits of the op's hash, then 24 bits of message index. Indices beyond 2^24 wrap, which
-// is harmless: gloo matches the messages of one slot and peer in posting order.
+// Slot layout: bit 63 set (the payload exchange's slots start at 2^62), then 39 bits of the
+// op's hash, then 24 bits of message index. Indices beyond 2^24 wrap, which is harmless: gloo
+// matches the messages of one slot and peer in posting order.
 constexpr std::uint64_t kTransportSlotBit = std::uint64_t{1} << 63;
 constexpr int kIndexBits = 24;
 constexpr std::uint64_t kIndexMask = (std::uint64_t{1} << kIndexBits) - 1;
@@ -36,22 +39,121 @@ std::uint64_t op_hash(const CollectiveSignature& s) {
   return hash;
 }
 
+std::string first_line(const std::string& text) {
+  auto nl = text.find('\n');
+  return nl == std::string::npos ? text : text.substr(0, nl);
+}
+
 }  // namespace
 
-GlooPeerTransport::GlooPeerTransport(std::shared_ptr<gloo::Context> context,
-                                     GlooDirectExchange& exchange,
-                                     std::chrono::milliseconds timeout)
-    : context_(std::move(context)), exchange_(exchange), timeout_(timeout) {}
+collectives::AlgorithmConfig gloo_algorithm_defaults() {
+  collectives::AlgorithmConfig config;
+  // Up to 1 MiB sent per rank (payload x peers) a collective takes one round rather than the
+  // ring's 2(P-1) steps: every message on gloo's asynchronous pairs costs a notification and a
+  // wake-up of the waiting thread. 2 ranks, back to back, the buffer rewritten before each op as
+  // DDP's buckets are (p50 of 1500 ops, 3 runs each way): 1 MiB took 627-637 us through the ring
+  // and 792-842 in one round; 768 KiB took 478-506 through the ring and 413-468 in one round
+  // (bench/results/2026-11-23-gloo-allreduce-crossover.txt).
+  config.direct_bytes = std::size_t{1} << 20;
+  // Past the round, always the ring (and the pipelined chain for broadcasts).
+  config.ring_threshold_bytes = 0;
+  // The ring's pipeline unit. Measured with allreduce_bench --interleave, 2 ranks: 64 MiB took
+  // 56-65 ms in 4 MiB chunks, 63-76 ms in 2 or 16 MiB chunks and 79-87 ms in 1 MiB chunks. A
+  // block of a few MiB is still cut into up to four chunks of at least 1 MiB: 4 MiB took 5.2 ms
+  // that way and 6.0 ms as one chunk per block.
+  config.chunk_bytes = std::size_t{4} << 20;
+  config.min_chunk_bytes = std::size_t{1} << 20;
+  // A hierarchical allreduce sends the whole buffer across nodes while one message of the
+  // exchange mesh carries it (the node's and the cross-node rounds, nothing else).
+  config.slice_from_bytes = GlooDirectExchange::kMaxPayloadBytes + 1;
+  return config;
+}
 
-GlooPeerTransport::~GlooPeerTransport() = default;
+GlooPeerTransport::GlooPeerTransport(std::shared_ptr<gloo::Context> mesh,
+                                     std::shared_ptr<gloo::Context> exchange_mesh,
+                                     std::size_t round_bytes, std::chrono::milliseconds timeout)
+    : rank_(mesh->rank),
+      size_(mesh->size),
+      mesh_(std::move(mesh)),
+      exchange_mesh_(std::move(exchange_mesh)),
+      timeout_(timeout) {
+  try {
+    // Switches the exchange's pairs to synchronous mode and posts the payload exchange's first
+    // receives: a peer that already failed and closed its connection shows here, and must be
+    // reported as a communication error like any later one.
+    exchange_ = std::make_unique<GlooDirectExchange>(exchange_mesh_, 0);
+    if (round_bytes > GlooDirectExchange::kMaxPayloadBytes) {
+      payloads_ = std::make_unique<GlooPayloadExchange>(mesh_, round_bytes);
+    }
+  } catch (const gloo::Exception& e) {
+    throw CommError("connect", rank_, -1,
+                    first_line(e.what()) +
+                        "; a peer exited while the group was forming, see the other ranks' logs");
+  }
+}
 
-int GlooPeerTransport::rank() const { return context_->rank; }
-int GlooPeerTransport::size() const { return context_->size; }
+GlooPeerTransport::~GlooPeerTransport() {
+  // Pending requests and the pairs go before the memory they may write into.
+  fail("closed");
+}
+
+template <typename Fn>
+auto GlooPeerTransport::guarded(Fn&& fn) -> decltype(fn()) {
+  const char* op = to_string(signature_.kind);
+  try {
+    try {
+      return fn();
+    } catch (const gloo::IoException& e) {
+      const std::string cause = first_line(e.what());
+      // "Timed out" from the asynchronous pairs, "Read timeout"/"Write timeout" from the
+      // exchange's synchronous ones.
+      if (cause.find("Timed out") != std::string::npos ||
+          cause.find(" timeout") != std::string::npos) {
+        throw TimeoutError(op, rank_, -1,
+                           "no progress within the " + std::to_string(timeout_.count()) +
+                               " ms timeout (" + cause +
+                               "); a peer is stuck, dead, or issued a different collective");
+      }
+      throw CommError(op, rank_, -1,
+                      cause +
+                          "; a peer process exited or the network dropped, see the other "
+                          "ranks' logs");
+    } catch (const gloo::Exception& e) {
+      throw CommError(op, rank_, -1, "gloo error: " + first_line(e.what()));
+    }
+  } catch (const std::exception& e) {
+    fail(first_line(e.what()));
+    throw;
+  }
+}
+
+void GlooPeerTransport::fail(const std::string& cause) {
+  if (failure_.empty()) failure_ = cause;
+  if (!mesh_) return;
+  pending_.clear();
+  if (payloads_) payloads_->abandon();
+  exchange_.reset();
+  exchange_mesh_.reset();
+  mesh_.reset();
+  signatures_checked_ = true;
+}
 
 void GlooPeerTransport::begin_op(const CollectiveSignature& signature) {
+  signature_ = signature;
+  if (!mesh_) {
+    throw CommError(to_string(signature.kind), rank_, -1,
+                    "the gloo mesh is unusable after an earlier failure (" + failure_ +
+                        "); recreate the communicator or restart the job");
+  }
   deadline_ = std::chrono::steady_clock::now() + timeout_;
-  // As sent: with the sequence number, and the backend's plan folded into the collectives' one.
-  const CollectiveSignature sent = exchange_.start(signature, nullptr, 0);
+  started_ = false;
+}
+
+void GlooPeerTransport::start_op() {
+  if (started_) return;
+  started_ = true;
+  // As sent: with the sequence number.
+  const CollectiveSignature sent = exchange_->start(signature_, nullptr, 0);
   op_slots_ = kTransportSlotBit | ((op_hash(sent) << kIndexBits) & ~kTransportSlotBit);
   signatures_checked_ = false;
 }
@@ -59,7 +161,7 @@ void GlooPeerTransport::begin_op(const CollectiveSignature& signature) {
 void GlooPeerTransport::check_signatures() {
   if (signatures_checked_) return;
   signatures_checked_ = true;
-  exchange_.finish();
+  exchange_->finish();
 }
 
 template <typename Fn>
@@ -83,11 +185,20 @@ void GlooPeerTransport::posting(Fn&& fn) {
 }
 
 void GlooPeerTransport::end_op() {
-  check_signatures();
-  for (std::size_t i = 0; i < pending_.size(); ++i) {
-    if (pending_[i].buffer) wait(static_cast<Request>(i));
-  }
-  pending_.clear();
+  guarded([&] {
+    start_op();
+    check_signatures();
+    for (auto& pending : pending_) {
+      if (!pending.buffer) continue;
+      if (pending.is_send) {
+        pending.buffer->waitSend(nullptr, gloo_wait_budget(deadline_));
+      } else {
+        pending.buffer->waitRecv(nullptr, gloo_wait_budget(deadline_));
+      }
+      pending.buffer.reset();
+    }
+    pending_.clear();
+  });
 }
 
 void* GlooPeerTransport::scratch(std::size_t bytes) {
@@ -101,38 +212,74 @@ std::uint64_t GlooPeerTransport::slot_of(std::uint32_t index) const {
 
 GlooPeerTransport::Request GlooPeerTransport::send(int peer, std::uint32_t index, const void* data,
                                                    std::size_t bytes) {
-  // gloo only reads from a send buffer; its interface is not const-correct.
-  auto buffer = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
-  posting([&] { buffer->send(peer, slot_of(index), 0, bytes); });
-  pending_.push_back({std::move(buffer), true});
-  return static_cast<Request>(pending_.size() - 1);
+  return guarded([&] {
+    start_op();
+    // gloo only reads from a send buffer; its interface is not const-correct.
+    auto buffer = mesh_->createUnboundBuffer(const_cast<void*>(data), bytes);
+    posting([&] { buffer->send(peer, slot_of(index), 0, bytes); });
+    pending_.push_back({std::move(buffer), true});
+    return static_cast<Request>(pending_.size() - 1);
+  });
 }
 
 GlooPeerTransport::Request GlooPeerTransport::recv(int peer, std::uint32_t index, void* data,
                                                    std::size_t bytes) {
-  auto buffer = context_->createUnboundBuffer(data, bytes);
-  posting([&] { buffer->recv(peer, slot_of(index), 0, bytes); });
-  pending_.push_back({std::move(buffer), false});
-  return static_cast<Request>(pending_.size() - 1);
+  return guarded([&] {
+    start_op();
+    auto buffer = mesh_->createUnboundBuffer(data, bytes);
+    posting([&] { buffer->recv(peer, slot_of(index), 0, bytes); });
+    pending_.push_back({std::move(buffer), false});
+    return static_cast<Request>(pending_.size() - 1);
+  });
 }
 
 void GlooPeerTransport::wait(Request request) {
-  // A rank that runs another collective never sends into this op's slots: without this check
-  // first, waiting for its data would only end at the timeout.
-  check_signatures();
-  Pending& p = pending_.at(request);
-  if (p.is_send) {
-    p.buffer->waitSend(nullptr, gloo_wait_budget(deadline_));
-  } else {
-    p.buffer->waitRecv(nullptr, gloo_wait_budget(deadline_));
-  }
-  p.buffer.reset();  // marks the request done
+  guarded([&] {
+    // A rank that runs another collective never sends into this op's slots: without this check
+    // first, waiting for its data would only end at the timeout.
+    check_signatures();
+    Pending& p = pending_.at(request);
+    if (p.is_send) {
+      p.buffer->waitSend(nullptr, gloo_wait_budget(deadline_));
+    } else {
+      p.buffer->waitRecv(nullptr, gloo_wait_budget(deadline_));
+    }
+    p.buffer.reset();  // marks the request done
+  });
 }
 
-void GlooPeerTransport::abandon() {
-  pending_.clear();
-  context_.reset();
-  signatures_checked_ = true;
+std::size_t GlooPeerTransport::round_payload_bytes() const {
+  return std::max(GlooDirectExchange::kMaxPayloadBytes,
+                  payloads_ ? payloads_->max_payload_bytes() : std::size_t{0});
+}
+
+void GlooPeerTransport::exchange(const void* payload, std::size_t bytes, int sender,
+                                 PayloadSource source) {
+  guarded([&] {
+    const bool sends = sender == kEveryRank || sender == rank_;
+    const std::size_t mine = sends ? bytes : 0;
+    started_ = true;
+    // Chosen from what all ranks know alike: the largest payload, `bytes`.
+    round_in_exchange_ = bytes <= GlooDirectExchange::kMaxPayloadBytes;
+    if (round_in_exchange_) {
+      // The signature and the payload in one message per peer.
+      exchange_->run(signature_, payload, mine);
+      return;
+    }
+    // Signature and payload travel at once; the signatures are checked before any payload is
+    // read, so the ranks agree on the payloads' sizes.
+    exchange_->start(signature_, nullptr, 0);
+    payloads_->start(payload, mine,
+                     source == PayloadSource::kInPlace
+                         ? GlooPayloadExchange::SendFrom::kCallerMemory
+                         : GlooPayloadExchange::SendFrom::kStagedCopy);
+    exchange_->finish();
+    payloads_->finish(deadline_);
+  });
+}
+
+const void* GlooPeerTransport::exchanged(int peer) const {
+  return round_in_exchange_ ? exchange_->payload_of(peer) : payloads_->payload_of(peer);
 }
 
 }  // namespace ddp::detail
