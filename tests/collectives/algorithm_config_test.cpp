@@ -95,9 +95,9 @@ TEST(AlgorithmConfig, AMalformedSettingIsAConfigError) {
     ScopedEnv algorithm("DDP_ALGORITHM", "halving");
     EXPECT_THROW(AlgorithmConfig::from_env(AlgorithmConfig{}), ConfigError);
   }
-  {
-    ScopedEnv direct("DDP_DIRECT_BYTES", "-1");
-    EXPECT_THROW(AlgorithmConfig::from_env(AlgorithmConfig{}), ConfigError);
+  for (const char* bytes : {"-1", "16777217"}) {  // one round is capped at 16 MiB sent per rank
+    ScopedEnv direct("DDP_DIRECT_BYTES", bytes);
+    EXPECT_THROW(AlgorithmConfig::from_env(AlgorithmConfig{}), ConfigError) << bytes;
   }
   ScopedEnv order("DDP_RING_ORDER", "diagonal");
   EXPECT_THROW(AlgorithmConfig::from_env(AlgorithmConfig{}), ConfigError);

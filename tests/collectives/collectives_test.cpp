@@ -333,6 +333,9 @@ TEST(DirectCollectives, ARoundIsTakenBelowTheBytesSentPerRankAndWhereThePayloadF
   config.allreduce = AllreduceAlgorithm::kAuto;
   config.direct_bytes = 0;
   EXPECT_EQ(choose_allreduce(*transport, 8, 8, config), AllreduceAlgorithm::kRing);
+  // Where messages are unbounded, the default round stops at 64 MiB of scratch for all ranks.
+  InMemoryNetwork unbounded(4, kTimeout);
+  EXPECT_EQ(unbounded.transport(0)->round_payload_bytes(), (std::size_t{64} << 20) / 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 5, 7, 8),

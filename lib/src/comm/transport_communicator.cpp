@@ -9,7 +9,8 @@ TransportCommunicator::TransportCommunicator(int rank, int size, const CommOptio
     : Communicator(rank, size, options) {}
 
 TransportCommunicator::~TransportCommunicator() {
-  // The op queue's thread may be inside a collective on these transports.
+  // The op queue's thread may be inside a collective on these transports (the backend's
+  // destructor has stopped it already).
   shutdown();
   cross_.transport.reset();
   local_.transport.reset();

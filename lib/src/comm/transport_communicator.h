@@ -18,6 +18,8 @@ namespace ddp::detail {
 
 class TransportCommunicator : public Communicator {
  public:
+  // Backends call shutdown() in their own destructor first; this one repeats it (harmless) and
+  // then closes the levels.
   ~TransportCommunicator() override;
 
   // The job level's algorithm settings and transport, e.g. "shm" or "gloo's TCP pairs".

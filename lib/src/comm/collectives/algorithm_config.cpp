@@ -72,7 +72,9 @@ AlgorithmConfig AlgorithmConfig::from_env(AlgorithmConfig defaults) {
     config.ring_order = *order;
   }
   constexpr long kGiB = 1L << 30;
-  if (auto v = env::get_int("DDP_DIRECT_BYTES", 0, kGiB)) {
+  // One round stops paying long before this; gloo keeps receive slots of this size per level.
+  constexpr long kMaxDirectBytes = 16L << 20;
+  if (auto v = env::get_int("DDP_DIRECT_BYTES", 0, kMaxDirectBytes)) {
     config.direct_bytes = static_cast<std::size_t>(*v);
   }
   if (auto v = env::get_int("DDP_RING_THRESHOLD", 0, kGiB)) {

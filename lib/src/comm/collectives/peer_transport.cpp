@@ -1,5 +1,6 @@
 #include "comm/collectives/peer_transport.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -26,6 +27,11 @@ void PeerTransport::exchange(const void* payload, std::size_t bytes, int sender,
     requests.push_back(send(peer, 0, slots + round_slot_bytes_ * me, sends(me) ? bytes : 0));
   }
   for (Request request : requests) wait(request);
+}
+
+std::size_t PeerTransport::round_payload_bytes() const {
+  constexpr std::size_t kRoundScratchBytes = std::size_t{64} << 20;
+  return std::min(max_message_bytes(), kRoundScratchBytes / static_cast<std::size_t>(size()));
 }
 
 const void* PeerTransport::exchanged(int peer) const {

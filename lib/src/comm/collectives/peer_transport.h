@@ -76,8 +76,9 @@ class PeerTransport {
   virtual void exchange(const void* payload, std::size_t bytes, int sender, PayloadSource source);
   // After exchange(): the payload `peer` sent (this rank's own too). Valid until the op ends.
   virtual const void* exchanged(int peer) const;
-  // The largest payload exchange() carries.
-  virtual std::size_t round_payload_bytes() const { return max_message_bytes(); }
+  // The largest payload exchange() carries. The default round keeps every rank's payload in
+  // scratch memory: it stops at 64 MiB of it (and at the largest message).
+  virtual std::size_t round_payload_bytes() const;
 
   // Largest payload of one message.
   virtual std::size_t max_message_bytes() const = 0;

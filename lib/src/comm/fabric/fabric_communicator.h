@@ -17,6 +17,8 @@ class FabricCommunicator final : public TransportCommunicator {
   // exchange over the fabric: a rank that is slow to start must not see its construction fail
   // because faster ranks already failed a collective; that collective's error reaches it instead.
   FabricCommunicator(std::shared_ptr<Store> store, int rank, int size, const CommOptions& options);
+  // Stops the op queue while this is still a FabricCommunicator (see Communicator::shutdown).
+  ~FabricCommunicator() override { shutdown(); }
 
   const char* backend_name() const override { return "fabric"; }
 };

@@ -13,6 +13,8 @@ namespace ddp::detail {
 class GlooCommunicator final : public TransportCommunicator {
  public:
   GlooCommunicator(std::shared_ptr<Store> store, int rank, int size, const CommOptions& options);
+  // Stops the op queue while this is still a GlooCommunicator (see Communicator::shutdown).
+  ~GlooCommunicator() override { shutdown(); }
 
   const char* backend_name() const override { return "gloo"; }
 };

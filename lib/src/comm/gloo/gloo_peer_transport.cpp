@@ -1,6 +1,8 @@
 #include "comm/gloo/gloo_peer_transport.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include <gloo/common/error.h>
 #include <gloo/context.h>
@@ -261,6 +263,10 @@ void GlooPeerTransport::exchange(const void* payload, std::size_t bytes, int sen
     started_ = true;
     // Chosen from what all ranks know alike: the largest payload, `bytes`.
     round_in_exchange_ = bytes <= GlooDirectExchange::kMaxPayloadBytes;
+    if (!round_in_exchange_ && (!payloads_ || bytes > payloads_->max_payload_bytes())) {
+      throw std::logic_error("GlooPeerTransport: a round of " + std::to_string(bytes) +
+                             " bytes exceeds round_payload_bytes()");
+    }
     if (round_in_exchange_) {
       // The signature and the payload in one message per peer.
       exchange_->run(signature_, payload, mine);
