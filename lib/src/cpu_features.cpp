@@ -1,5 +1,10 @@
 #include "cpu_features.h"
 
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
 namespace ddp::detail {
 
 #if defined(__x86_64__)
@@ -25,9 +30,29 @@ bool cpu_runs_x86_64_v4() {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd");
 #endif
 }
+
+bool cpu_computes_bf16_natively() {
+  __builtin_cpu_init();
+  // Also checks that the kernel saves the AVX-512 state.
+  return __builtin_cpu_supports("avx512bf16");
+}
+const char* native_bf16_feature() { return "avx512_bf16"; }
 #else
 bool cpu_runs_x86_64_v3() { return false; }
 bool cpu_runs_x86_64_v4() { return false; }
+#if defined(__aarch64__)
+bool cpu_computes_bf16_natively() {
+#ifdef HWCAP2_BF16
+  return (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
+#else
+  return false;
+#endif
+}
+const char* native_bf16_feature() { return "bf16"; }
+#else
+bool cpu_computes_bf16_natively() { return false; }
+const char* native_bf16_feature() { return "native bfloat16"; }
+#endif
 #endif
 
 }  // namespace ddp::detail

@@ -8,4 +8,11 @@ bool cpu_runs_x86_64_v3();
 // Everything -march=x86-64-v4 lets the compiler use: v3 and AVX-512 F/BW/CD/DQ/VL.
 bool cpu_runs_x86_64_v4();
 
+// Whether the CPU computes in bfloat16 natively: AVX512_BF16 on x86-64 (Cooper Lake, Sapphire
+// Rapids, Zen 4 and later; AMX-BF16 CPUs have it too), the BF16 extension on arm64 (Graviton3,
+// Neoverse V1/N2 and later). Elsewhere libtorch emulates bfloat16 arithmetic.
+bool cpu_computes_bf16_natively();
+// The feature cpu_computes_bf16_natively() looks for, for messages: "avx512_bf16" or "bf16".
+const char* native_bf16_feature();
+
 }  // namespace ddp::detail

@@ -8,6 +8,16 @@ source_dir=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
+# The installed programs start from a prefix the loader does not search, with no
+# LD_LIBRARY_PATH: they find libddp through their $ORIGIN-relative RUNPATH.
+for program in ddprun train_mnist train_cifar10 evaluate; do
+  [[ -x "$work/prefix/bin/$program" ]] || continue
+  if ! env -u LD_LIBRARY_PATH "$work/prefix/bin/$program" --help >"$work/$program.out" 2>&1; then
+    echo "consumer: the installed $program does not start from $work/prefix:" >&2
+    cat "$work/$program.out" >&2
+    exit 1
+  fi
+done
 cmake -S "$source_dir" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
   -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/build" >/dev/null

@@ -10,6 +10,7 @@
 #include "ddp/error.h"
 #include "ddp/models/classifier.h"
 #include "train/autocast_scope.h"
+#include "train/bf16_support.h"
 
 namespace ddp::train {
 
@@ -53,6 +54,7 @@ EvalResult evaluate(models::Classifier& model, const data::ImageDataset& data,
 
   const bool was_training = model.is_training();
   model.eval();
+  const bool bf16 = detail::bf16_autocast_enabled(options.bf16);
   {
     c10::AutoGradMode no_grad(false);
     for (std::size_t first = 0; first < mine.size();
@@ -62,7 +64,7 @@ EvalResult evaluate(models::Classifier& model, const data::ImageDataset& data,
       data::Batch batch = make_batch(data, mine.data() + first, count, 0);
       at::Tensor logits;
       {
-        detail::AutocastScope autocast(options.bf16);
+        detail::AutocastScope autocast(bf16);
         logits = model.forward(batch.images);
       }
       logits = logits.to(at::kFloat);

@@ -17,6 +17,7 @@
 #include "ddp/train/resource_usage.h"
 #include "ddp/train/stop_signal.h"
 #include "train/autocast_scope.h"
+#include "train/bf16_support.h"
 
 namespace ddp::train {
 namespace {
@@ -207,10 +208,12 @@ TrainResult Trainer::fit() {
   const bool has_buffers = !model_->buffers().empty();
   model_->train();
 
+  // Falls back to float32, with a warning, on a CPU without native bfloat16.
+  const bool bf16 = detail::bf16_autocast_enabled(options_.bf16);
   EvalOptions eval_options;
   eval_options.batch_size = options_.eval_batch_size;
   eval_options.transform = options_.data.transform;
-  eval_options.bf16 = options_.bf16;
+  eval_options.bf16 = bf16;
 
   metrics.write("start", {{"world_size", int64_t{world}},
                           {"model", model_->spec().name},
@@ -218,7 +221,8 @@ TrainResult Trainer::fit() {
                           {"steps_per_epoch", steps_per_epoch},
                           {"epochs", options_.epochs},
                           {"start_step", global_step},
-                          {"bf16", options_.bf16},
+                          {"bf16", bf16},
+                          {"bf16_requested", options_.bf16},
                           {"seconds_since_process_start", seconds_since_process_start()}});
 
   int64_t last_checkpoint_step = result.resumed_from_step;
@@ -281,7 +285,7 @@ TrainResult Trainer::fit() {
       optimizer->zero_grad();
       at::Tensor logits;
       {
-        detail::AutocastScope autocast(options_.bf16);
+        detail::AutocastScope autocast(bf16);
         logits = model_->forward(batch->images);
       }
       at::Tensor loss = torch::nn::functional::cross_entropy(logits.to(at::kFloat), batch->labels);

@@ -1,0 +1,66 @@
+// --bf16 on a CPU without native bfloat16 falls back to float32 (with one warning) instead of
+// running 14 times slower; on a CPU with it, bf16 stays on. DDP_TEST_CPU_BF16 plays either CPU.
+#include "train/bf16_support.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "cpu_features.h"
+#include "ddp/error.h"
+#include "scoped_env.h"
+
+namespace ddp::train::detail {
+namespace {
+
+using ddp::testing::ScopedEnv;
+
+TEST(Bf16Support, FallsBackToFloat32WhereTheCpuLacksNativeBfloat16) {
+  ScopedEnv cpu("DDP_TEST_CPU_BF16", "0");
+  EXPECT_FALSE(bf16_autocast_enabled(true));
+  EXPECT_FALSE(bf16_autocast_enabled(true)) << "the second call is as the first (warned once)";
+}
+
+TEST(Bf16Support, StaysOnWhereTheCpuComputesInBfloat16) {
+  ScopedEnv cpu("DDP_TEST_CPU_BF16", "1");
+  EXPECT_TRUE(bf16_autocast_enabled(true));
+}
+
+TEST(Bf16Support, NotRequestedIsOffOnEveryCpu) {
+  for (const char* answer : {"0", "1"}) {
+    ScopedEnv cpu("DDP_TEST_CPU_BF16", answer);
+    EXPECT_FALSE(bf16_autocast_enabled(false)) << answer;
+  }
+}
+
+TEST(Bf16Support, AMalformedTestAnswerIsAConfigError) {
+  ScopedEnv cpu("DDP_TEST_CPU_BF16", "maybe");
+  EXPECT_THROW(bf16_autocast_enabled(true), ConfigError);
+}
+
+// The detection agrees with what the kernel reports in /proc/cpuinfo.
+TEST(Bf16Support, DetectionAgreesWithProcCpuinfo) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  if (!cpuinfo) GTEST_SKIP() << "no /proc/cpuinfo to compare with";
+  std::string line;
+  std::string flags;
+  while (std::getline(cpuinfo, line)) {
+    // x86-64 lists "flags", arm64 "Features".
+    if (line.rfind("flags", 0) == 0 || line.rfind("Features", 0) == 0) {
+      flags = " " + line.substr(line.find(':') + 1) + " ";
+      break;
+    }
+  }
+  if (flags.empty()) GTEST_SKIP() << "/proc/cpuinfo lists no CPU flags";
+  const bool listed =
+      flags.find(std::string(" ") + ddp::detail::native_bf16_feature() + " ") != std::string::npos;
+  EXPECT_EQ(ddp::detail::cpu_computes_bf16_natively(), listed)
+      << "looked for " << ddp::detail::native_bf16_feature() << " in" << flags;
+  ScopedEnv cpu("DDP_TEST_CPU_BF16", nullptr);
+  EXPECT_EQ(bf16_autocast_enabled(true), listed);
+}
+
+}  // namespace
+}  // namespace ddp::train::detail
