@@ -18,8 +18,8 @@
 
 #include "ddp/error.h"
 #include "ddp/log.h"
+#include "ddp/net/tcp_probe.h"
 #include "ddp/store.h"
-#include "net/tcp_probe.h"
 
 namespace ddprun {
 namespace {

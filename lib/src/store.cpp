@@ -16,8 +16,8 @@
 #include "ddp/env_vars.h"
 #include "ddp/error.h"
 #include "ddp/log.h"
+#include "ddp/net/tcp_probe.h"
 #include "ddp/store_server.h"
-#include "net/tcp_probe.h"
 #include "store/wire.h"
 
 namespace ddp {

@@ -1,4 +1,4 @@
-#include "net/tcp_probe.h"
+#include "ddp/net/tcp_probe.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

@@ -87,7 +87,6 @@ class Trainer {
   TrainResult fit();
 
  private:
-  struct Run;
   Communicator& comm_;
   std::shared_ptr<models::Classifier> model_;
   data::ImageDataset train_set_;

@@ -69,8 +69,6 @@ class FabricTransport final : public collectives::PeerTransport {
     return injects_small_sends_ ? inject_bytes_ : 0;
   }
 
-  std::size_t inject_bytes() const { return inject_bytes_; }
-
   // Tells every peer, closes the endpoint.
   void abort(const std::string& reason) override { abandon(reason); }
 
