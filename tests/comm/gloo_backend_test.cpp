@@ -190,20 +190,22 @@ TEST(GlooBackend, AllreduceTakesTheRingFromOneMiBSentPerRank) {
 TEST(GlooBackend, UnknownOrReplacedAlgorithmSettingsAreConfigErrors) {
   const std::string prefix = server().next_group_prefix();
   auto outcomes = testing::run_ranks(1, 30s, [&](int rank) {
-    setenv("DDP_ALGORITHM", "halving", 1);
-    try {
-      create_communicator("gloo", server().connect_client(prefix), rank, 1);
-      require(false, "DDP_ALGORITHM=halving was accepted");
-    } catch (const ConfigError& e) {
-      require(std::string(e.what()).find("recursive_doubling") != std::string::npos, e.what());
-    }
-    unsetenv("DDP_ALGORITHM");
-    setenv("DDP_GLOO_ALGORITHM", "bcube", 1);
-    try {
-      create_communicator("gloo", server().connect_client(prefix), rank, 1);
-      require(false, "DDP_GLOO_ALGORITHM=bcube was accepted");
-    } catch (const ConfigError& e) {
-      require(std::string(e.what()).find("DDP_ALGORITHM") != std::string::npos, e.what());
+    struct Case {
+      const char* variable;
+      const char* value;
+      const char* named_in_error;  // what the error must point the user to
+    };
+    for (const Case c : {Case{"DDP_ALGORITHM", "halving", "recursive_doubling"},
+                         Case{"DDP_GLOO_ALGORITHM", "bcube", "DDP_ALGORITHM"}}) {
+      setenv(c.variable, c.value, 1);
+      const std::string setting = std::string(c.variable) + "=" + c.value;
+      try {
+        create_communicator("gloo", server().connect_client(prefix), rank, 1);
+        require(false, setting + " was accepted");
+      } catch (const ConfigError& e) {
+        require(std::string(e.what()).find(c.named_in_error) != std::string::npos, e.what());
+      }
+      unsetenv(c.variable);
     }
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));

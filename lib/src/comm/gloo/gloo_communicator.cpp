@@ -17,11 +17,6 @@
 namespace ddp::detail {
 namespace {
 
-std::string first_line(const std::string& text) {
-  auto nl = text.find('\n');
-  return nl == std::string::npos ? text : text.substr(0, nl);
-}
-
 // gloo writes to its sockets without MSG_NOSIGNAL: a write to a peer that died raises SIGPIPE,
 // which kills a C++ process before gloo can report the error (Python ignores SIGPIPE, so torch
 // never sees this). Ignoring it turns that write into EPIPE and a CommError. A handler the

@@ -41,12 +41,12 @@ std::uint64_t op_hash(const CollectiveSignature& s) {
   return hash;
 }
 
+}  // namespace
+
 std::string first_line(const std::string& text) {
   auto nl = text.find('\n');
   return nl == std::string::npos ? text : text.substr(0, nl);
 }
-
-}  // namespace
 
 collectives::AlgorithmConfig gloo_algorithm_defaults() {
   collectives::AlgorithmConfig config;
@@ -190,14 +190,8 @@ void GlooPeerTransport::end_op() {
   guarded([&] {
     start_op();
     check_signatures();
-    for (auto& pending : pending_) {
-      if (!pending.buffer) continue;
-      if (pending.is_send) {
-        pending.buffer->waitSend(nullptr, gloo_wait_budget(deadline_));
-      } else {
-        pending.buffer->waitRecv(nullptr, gloo_wait_budget(deadline_));
-      }
-      pending.buffer.reset();
+    for (std::size_t i = 0; i < pending_.size(); ++i) {
+      if (pending_[i].buffer) wait(static_cast<Request>(i));
     }
     pending_.clear();
   });

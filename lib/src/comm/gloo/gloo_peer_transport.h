@@ -40,6 +40,9 @@ class GlooPayloadExchange;
 // The collectives' defaults on gloo's pairs (the environment overrides them).
 collectives::AlgorithmConfig gloo_algorithm_defaults();
 
+// The first line of a gloo exception's text (gloo appends where it was thrown, on more lines).
+std::string first_line(const std::string& text);
+
 class GlooPeerTransport final : public collectives::PeerTransport {
  public:
   // `exchange_mesh` must be used by nothing else: its pairs switch to synchronous mode. A round
