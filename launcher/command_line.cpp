@@ -24,6 +24,9 @@ const FlagSpec* find_short(char c) {
   return nullptr;
 }
 
+// Flags that do something instead of launching; they have no PET_ default.
+bool is_action(const std::string& flag) { return flag == "help" || flag == "print-settings"; }
+
 cxxopts::Options make_options() {
   cxxopts::Options options("ddprun",
                            "Starts a distributed job: one agent per node hosts or joins the "
@@ -38,7 +41,7 @@ cxxopts::Options make_options() {
                                                    : std::string(spec.name);
     std::string help = spec.help;
     if (spec.default_text[0] != '\0') help += " (default: " + std::string(spec.default_text) + ")";
-    if (std::string(spec.name) != "help") help += " [" + pet_env_name(spec.name) + "]";
+    if (!is_action(spec.name)) help += " [" + pet_env_name(spec.name) + "]";
     if (spec.takes_value) {
       adder(names, help, cxxopts::value<std::string>());
     } else {
@@ -97,6 +100,8 @@ const std::vector<FlagSpec>& flag_specs() {
        "Signals forwarded to the workers before stopping them"},
       {"shutdown-timeout", "", true, "30",
        "Seconds workers get after a forwarded signal before SIGKILL"},
+      {"print-settings", "", false, "",
+       "Print every DDP_* setting with the value in effect and where it comes from, then exit"},
       {"help", "h", false, "", "Print this help"},
   };
   return specs;
@@ -179,7 +184,10 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
     throw ddp::ConfigError(std::string(e.what()) + "; see 'ddprun --help'");
   }
   result.help = result.given.count("help") != 0 && result.given["help"] == "true";
+  result.print_settings =
+      result.given.count("print-settings") != 0 && result.given["print-settings"] == "true";
   result.given.erase("help");
+  result.given.erase("print-settings");
   return result;
 }
 

@@ -28,6 +28,7 @@ struct CommandLine {
   // The program to run and its arguments (everything after the first non-flag or "--").
   std::vector<std::string> program;
   bool help = false;
+  bool print_settings = false;
 };
 
 // argv[0] is ddprun itself. Throws ddp::ConfigError for an unknown flag or a missing value.

@@ -10,6 +10,7 @@
 
 #include "ddp/env_vars.h"
 #include "ddp/error.h"
+#include "ddp/settings.h"
 #include "kubernetes.h"
 
 namespace ddprun {
@@ -242,11 +243,13 @@ int parse_signal(const std::string& what, const std::string& text) {
   return number;
 }
 
-LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
-                                   const HostFacts& host) {
-  LaunchConfig c;
+namespace {
 
-  // The program and how it is run.
+// The steps of resolve_launch_config, each one concern; every value comes from its flag, else
+// its PET_ variable (pick), else where noted from the pod (kubernetes.h), else a default.
+
+// The program and how it is run: Python scripts and modules through $PYTHON_EXEC -u.
+void resolve_program(const CommandLine& cli, const EnvMap& env, LaunchConfig& c) {
   if (cli.program.empty()) {
     throw ConfigError("no program to run; usage: ddprun [OPTION...] PROGRAM [ARG...]");
   }
@@ -263,8 +266,12 @@ LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
     if (module) c.command.push_back("-m");
   }
   c.command.insert(c.command.end(), cli.program.begin(), cli.program.end());
+}
 
-  // Node count.
+// The node count: --nnodes, PET_NNODES, DDP_NNODES or the pod's job; --standalone is one node.
+// Returns what the pod says, for the later steps.
+PodPlacement resolve_node_count(const CommandLine& cli, const EnvMap& env, const HostFacts& host,
+                                LaunchConfig& c) {
   c.standalone = pick_switch(cli, env, "standalone");
   const bool derive_master = !pick(cli, env, "master-addr") && !env_value(env, "MASTER_ADDR") &&
                              !pick(cli, env, "rdzv-endpoint") && !c.standalone;
@@ -272,9 +279,9 @@ LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
   c.platform = pod.platform;
 
   std::optional<Sourced<std::string>> nnodes = pick(cli, env, "nnodes");
-  if (auto ddp_nnodes = env_value(env, "DDP_NNODES")) {
+  if (auto ddp_nnodes = env_value(env, ddp::settings::kNnodes.name)) {
     if (!nnodes) {
-      nnodes = Sourced<std::string>{*ddp_nnodes, "DDP_NNODES"};
+      nnodes = Sourced<std::string>{*ddp_nnodes, ddp::settings::kNnodes.name};
     } else if (nnodes->source == "PET_NNODES" && nnodes->value != *ddp_nnodes) {
       throw ConfigError("PET_NNODES=" + nnodes->value + " and DDP_NNODES=" + *ddp_nnodes +
                         " disagree; set only one of them");
@@ -303,11 +310,11 @@ LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
     c.nnodes_source = c.standalone ? "--standalone" : "default";
   }
   finish_jobset_node_rank(pod, c.max_nodes, c.nnodes_source);
+  return pod;
+}
 
-  c.nproc_per_node = parse_nproc(
-      pick(cli, env, "nproc-per-node").value_or(Sourced<std::string>{"1", "default"}), host);
-
-  // Rendezvous backend and the store's endpoint.
+// static or c10d (the store's protocol either way); an elastic range needs c10d.
+void resolve_rendezvous_backend(const CommandLine& cli, const EnvMap& env, LaunchConfig& c) {
   const auto backend = pick(cli, env, "rdzv-backend");
   if (c.standalone) {
     c.rdzv_backend = RdzvBackend::kC10d;
@@ -326,8 +333,11 @@ LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
                       " is an elastic range, which the static rendezvous cannot do; add "
                       "--rdzv-backend c10d or give one node count");
   }
+}
 
-  // Node rank.
+// The node rank: the flag, else the pod's index, else 0 (static) or the order of joining (c10d).
+void resolve_node_rank(const CommandLine& cli, const EnvMap& env, const PodPlacement& pod,
+                       LaunchConfig& c) {
   const auto node_rank_flag = pick(cli, env, "node-rank");
   if (node_rank_flag) {
     c.node_rank = to_int(*node_rank_flag, 0, kMaxNodes);
@@ -360,7 +370,11 @@ LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
                       "); node ranks run from 0 to nnodes-1, so raise --nnodes/DDP_NNODES or fix "
                       "the rank");
   }
+}
 
+// Where the store is: --rdzv-endpoint, else --master-addr/--master-port, else the pod's master.
+void resolve_store_endpoint(const CommandLine& cli, const EnvMap& env, const PodPlacement& pod,
+                            LaunchConfig& c) {
   if (c.standalone) {
     c.store_host = "127.0.0.1";
     c.store_port = 0;
@@ -395,8 +409,11 @@ LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
       if (port_source != c.store_source) c.store_source += ", port from " + port_source;
     }
   }
+}
 
-  // Rendezvous details and supervision.
+// Run id, rendezvous options and join token, restarts, monitoring, signals, role.
+void resolve_supervision(const CommandLine& cli, const EnvMap& env, const HostFacts& host,
+                         LaunchConfig& c) {
   if (c.standalone) {
     c.run_id = host.unique_id;
   } else if (auto id = pick(cli, env, "rdzv-id")) {
@@ -433,8 +450,10 @@ LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
   if (pick_switch(cli, env, "run-path")) {
     c.notices.push_back("--run-path has no effect: the script runs in its own interpreter");
   }
+}
 
-  // Output.
+// Where the workers' output goes.
+void resolve_output(const CommandLine& cli, const EnvMap& env, LaunchConfig& c) {
   if (auto v = pick(cli, env, "log-dir")) c.log_dir = v->value;
   c.redirects = parse_streams(pick(cli, env, "redirects"));
   c.tee = parse_streams(pick(cli, env, "tee"));
@@ -452,6 +471,22 @@ LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
     c.local_ranks_filter = ranks;
   }
   if (auto v = pick(cli, env, "local-addr")) c.local_addr = v->value;
+}
+
+}  // namespace
+
+LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
+                                   const HostFacts& host) {
+  LaunchConfig c;
+  resolve_program(cli, env, c);
+  const PodPlacement pod = resolve_node_count(cli, env, host, c);
+  c.nproc_per_node = parse_nproc(
+      pick(cli, env, "nproc-per-node").value_or(Sourced<std::string>{"1", "default"}), host);
+  resolve_rendezvous_backend(cli, env, c);
+  resolve_node_rank(cli, env, pod, c);
+  resolve_store_endpoint(cli, env, pod, c);
+  resolve_supervision(cli, env, host, c);
+  resolve_output(cli, env, c);
   return c;
 }
 

@@ -8,6 +8,7 @@
 #include "command_line.h"
 #include "ddp/exit_codes.h"
 #include "ddp/log.h"
+#include "ddp/settings.h"
 #include "host_facts.h"
 #include "launch_config.h"
 #include "signal_inbox.h"
@@ -20,6 +21,14 @@ int main(int argc, char** argv) {
       std::fputs(ddprun::help_text().c_str(), stdout);
       return ddp::exit_code::kSuccess;
     }
+    if (cli.print_settings) {
+      std::fputs(ddp::settings::effective_table().c_str(), stdout);
+      std::fflush(stdout);
+      ddp::settings::validate_all();  // a malformed value: its one-line error, a non-zero exit
+      return ddp::exit_code::kSuccess;
+    }
+    // A malformed DDP_* value fails here, before any worker starts; workers read the same ones.
+    ddp::settings::validate_all();
     const auto env = ddprun::current_environment();
     const auto host = ddprun::HostFacts::probe();
     const auto config = ddprun::resolve_launch_config(cli, env, host);

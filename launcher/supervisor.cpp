@@ -13,6 +13,7 @@
 
 #include "ddp/error.h"
 #include "ddp/log.h"
+#include "round_state.h"
 #include "worker_output.h"
 #include "worker_process.h"
 
@@ -21,10 +22,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t kStderrTailLines = 20;
-// After the last worker is reaped, how long to keep reading output that is still in the pipes.
-constexpr auto kDrainTime = std::chrono::seconds(2);
-// How long workers may take to exit on their own after a collective failure (see stop_all).
-constexpr auto kConsequenceGrace = std::chrono::seconds(2);
 
 // Reads what is available on `fd` into `sink`; closes it and sets it to -1 at end of stream.
 void pump(int& fd, WorkerOutput& sink) {
@@ -112,39 +109,12 @@ void Supervisor::start(const NodeAssignment& node, const std::string& store_host
 
 RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rendezvous) {
   std::vector<Worker>& workers = workers_;
-  RoundOutcome outcome;
-  std::optional<FailureReport> own_agent_record;  // published when ddprun was signalled
-  bool stopping = false;                          // the round is over for this node
-  bool signalled = false;  // the stop signal went out: later exits are its consequences
-  bool killed = false;
-  int stop_signal = SIGTERM;
-  Clock::time_point signal_at{};
-  Clock::time_point kill_at{};
-  std::optional<Clock::time_point> all_reaped_at;
-  auto next_monitor = Clock::now() + config_.monitor_interval;
+  RoundStateMachine round({config_.shutdown_timeout, config_.monitor_interval}, Clock::now());
 
-  // `grace`: the failure so far is a collective failure, most likely the echo of a worker that
-  // is dying more slowly; let workers exit on their own for a moment so that the real cause is
-  // reported, not masked by the stop signal.
-  const auto stop_all = [&](int signal, bool grace) {
-    const auto now = Clock::now();
-    const auto when =
-        grace ? now + std::min<Clock::duration>(kConsequenceGrace, config_.shutdown_timeout) : now;
-    if (!stopping) {
-      stopping = true;
-      stop_signal = signal;
-      signal_at = when;
-    } else if (!signalled) {
-      stop_signal = signal;
-      signal_at = std::min(signal_at, when);
-    }
-  };
-  const auto send_stop_signal = [&]() {
-    signalled = true;
-    const int sig = config_.shutdown_timeout.count() == 0 ? SIGKILL : stop_signal;
+  const auto act = [&](RoundAction action) {
+    if (action == RoundAction::kNone) return;
+    const int sig = action == RoundAction::kKillWorkers ? SIGKILL : round.stop_signal();
     for (auto& w : workers) w.process->signal_group(sig);
-    killed = sig == SIGKILL;
-    kill_at = Clock::now() + config_.shutdown_timeout;
   };
   const auto base_report = [&]() {
     FailureReport r;
@@ -153,6 +123,7 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
     r.timestamp = static_cast<long long>(std::time(nullptr));
     return r;
   };
+  // Tells the other nodes; returns the group's first failure as the store holds it.
   const auto publish = [&](const FailureReport& mine) {
     try {
       return rendezvous.publish_failure(node.round, mine);
@@ -175,16 +146,10 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
     }
     const bool any_running = std::any_of(workers.begin(), workers.end(),
                                          [](const Worker& w) { return w.process->running(); });
-    if (!any_running) {
-      if (!all_reaped_at) all_reaped_at = Clock::now();
-      if (!pipes_open || Clock::now() - *all_reaped_at > kDrainTime) break;
-    }
+    if (round.finished(any_running, pipes_open, Clock::now())) break;
 
-    auto wake = next_monitor;
-    if (stopping && !signalled) wake = std::min(wake, signal_at);
-    if (signalled && !killed) wake = std::min(wake, kill_at);
-    if (!any_running) wake = std::min(wake, *all_reaped_at + kDrainTime);
-    const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now());
+    const auto wait_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(round.next_wake() - Clock::now());
     const int rc =
         poll(fds.data(), fds.size(), static_cast<int>(std::max<long>(0, wait_ms.count())));
     if (rc < 0 && errno != EINTR) throw ddp::Error("poll failed: " + std::string(strerror(errno)));
@@ -196,24 +161,19 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
 
     for (int s = inbox_.take(); s != 0; s = inbox_.take()) {
       if (s == SIGCHLD) continue;  // exits are collected below in any case
-      if (signalled) {
+      if (round.signal_kills_now()) {
         ddp::log::warn("received {} while stopping: killing the workers now", signal_name(s));
-        for (auto& w : workers) w.process->signal_group(SIGKILL);
-        killed = true;
+        act(round.signalled_again());
         continue;
       }
       ddp::log::warn("received {}: forwarding it to the workers (SIGKILL in {:.1f} s)",
                      signal_name(s), config_.shutdown_timeout.count() / 1000.0);
-      outcome.kind = RoundOutcome::Kind::kInterrupted;
-      outcome.signal = s;
       FailureReport r = base_report();
       r.kind = "agent";
       r.signal = s;
       r.exit_code = 128 + s;
       r.message = "the node was asked to stop";
-      outcome.root_cause = publish(r);
-      if (outcome.root_cause->to_json() == r.to_json()) own_agent_record = r;
-      stop_all(s, false);
+      round.agent_signalled(s, r, publish(r), Clock::now());
     }
 
     std::vector<pid_t> pids;
@@ -226,10 +186,7 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
         ddp::log::debug("rank {} finished", w.rank);
         continue;
       }
-      // Exits after the stop signal are its consequences; before it, a worker's exit is its
-      // own doing and is reported even while stopping for another node's failure (it may be
-      // the real cause, only slower to exit than the peer whose collective it broke).
-      if (signalled || outcome.kind == RoundOutcome::Kind::kInterrupted) continue;
+      if (!round.reports_worker_failures()) continue;  // a consequence of the stop
       FailureReport r = base_report();
       r.rank = w.rank;
       r.local_rank = w.local_rank;
@@ -241,70 +198,48 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
         r.message = file->first;
         r.worker_error_json = file->second.substr(0, 256 * 1024);
       }
-      outcome.kind = RoundOutcome::Kind::kFailed;
-      outcome.root_cause = publish(r);
-      if (outcome.root_cause->to_json() == r.to_json()) {
+      const FailureReport root_cause = publish(r);
+      if (root_cause.to_json() == r.to_json()) {
         ddp::log::error("{}; stopping this node's workers", r.headline());
       } else {
-        ddp::log::error("{}, after the group failed: {}", r.headline(),
-                        outcome.root_cause->headline());
+        ddp::log::error("{}, after the group failed: {}", r.headline(), root_cause.headline());
       }
-      stop_all(SIGTERM, outcome.root_cause->is_consequence());
+      round.worker_failed(root_cause, Clock::now());
     }
     reap_orphans(pids);
 
     const auto now = Clock::now();
-    if (stopping && !signalled && now >= signal_at) send_stop_signal();
-    if (signalled && !killed && now >= kill_at) {
+    const RoundAction due = round.tick(now);
+    if (due == RoundAction::kKillWorkers) {
       ddp::log::warn("workers still running {:.1f} s after the stop signal: sending SIGKILL",
                      config_.shutdown_timeout.count() / 1000.0);
-      for (auto& w : workers) w.process->signal_group(SIGKILL);
-      killed = true;
     }
-    if (now >= next_monitor) {
-      next_monitor = now + config_.monitor_interval;
-      if (!stopping && any_running) {
-        try {
-          if (auto f = rendezvous.failure(node.round)) {
-            outcome.kind = RoundOutcome::Kind::kFailed;
-            outcome.root_cause = *f;
-            ddp::log::error("stopping this node's workers: {}", f->headline());
-            stop_all(SIGTERM, f->is_consequence());
-          }
-        } catch (const ddp::StoreError& e) {
-          outcome.kind = RoundOutcome::Kind::kStoreLost;
-          outcome.detail = e.what();
-          ddp::log::error("lost the rendezvous store ({}); stopping this node's workers", e.what());
-          stop_all(SIGTERM, false);
+    act(due);
+    if (round.monitor_due(now, any_running)) {
+      try {
+        if (auto f = rendezvous.failure(node.round)) {
+          ddp::log::error("stopping this node's workers: {}", f->headline());
+          round.other_node_failed(*f, now);
         }
+      } catch (const ddp::StoreError& e) {
+        ddp::log::error("lost the rendezvous store ({}); stopping this node's workers", e.what());
+        round.store_lost(e.what(), now);
       }
     }
   }
 
-  if (outcome.kind == RoundOutcome::Kind::kInterrupted) {
-    outcome.exit_code = 128 + outcome.signal;
-    for (const auto& w : workers) {
-      const ExitStatus& st = w.process->status();
-      if (st.signal == 0 && st.code != 0) {
-        outcome.exit_code = st.code;  // the worker's own answer to the signal, e.g. 75
-        break;
-      }
-    }
-    if (own_agent_record && outcome.exit_code != own_agent_record->exit_code) {
-      // Every node exits with the root cause's code: make it the workers' answer.
-      FailureReport revised = *own_agent_record;
-      revised.exit_code = outcome.exit_code;
-      revised.message += "; its workers exited with code " + std::to_string(outcome.exit_code);
-      try {
-        rendezvous.revise_failure(node.round, *own_agent_record, revised);
-        outcome.root_cause = revised;
-      } catch (const ddp::StoreError& e) {
-        ddp::log::warn("could not tell the other nodes the workers' exit code: {}", e.what());
-      }
+  std::vector<ExitStatus> statuses;
+  for (const auto& w : workers) statuses.push_back(w.process->status());
+  if (auto revision = round.settle(statuses)) {
+    try {
+      rendezvous.revise_failure(node.round, revision->first, revision->second);
+      round.set_root_cause(revision->second);
+    } catch (const ddp::StoreError& e) {
+      ddp::log::warn("could not tell the other nodes the workers' exit code: {}", e.what());
     }
   }
   started_.reset();
-  return outcome;
+  return round.outcome();
 }
 
 }  // namespace ddprun

@@ -2,7 +2,8 @@
 // Runs one round of this node's workers: spawns them with torchrun's environment, pumps their
 // output, watches for exits, for signals to ddprun and (every --monitor-interval) for a failure
 // published by another node; on any failure stops the whole local group (the signal, then
-// SIGKILL after --shutdown-timeout) and reports the root cause.
+// SIGKILL after --shutdown-timeout) and reports the root cause. What to do when is decided by
+// the round's state machine (round_state.h); this class does the I/O.
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,24 +12,11 @@
 #include "host_facts.h"
 #include "launch_config.h"
 #include "rendezvous.h"
+#include "round_state.h"
 #include "signal_inbox.h"
 #include "worker_env.h"
 
 namespace ddprun {
-
-struct RoundOutcome {
-  enum class Kind {
-    kSucceeded,    // every worker on this node exited 0
-    kFailed,       // a worker here or on another node failed: see root_cause
-    kInterrupted,  // ddprun itself got a signal: see signal, exit_code
-    kStoreLost,    // the rendezvous store stopped answering
-  };
-  Kind kind = Kind::kSucceeded;
-  std::optional<FailureReport> root_cause;
-  int signal = 0;
-  int exit_code = 0;
-  std::string detail;
-};
 
 class WorkerProcess;
 class WorkerOutput;

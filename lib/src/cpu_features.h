@@ -1,6 +1,9 @@
 #pragma once
 // Which x86-64 microarchitecture levels this CPU runs, for the kernels compiled once per level
 // (activation and reduction kernels). False everywhere on other architectures.
+#include <optional>
+#include <string>
+
 namespace ddp::detail {
 
 // Everything -march=x86-64-v3 lets the compiler use (AVX2, FMA, BMI1/2, F16C, MOVBE, ...).
@@ -14,5 +17,16 @@ bool cpu_runs_x86_64_v4();
 bool cpu_computes_bf16_natively();
 // The feature cpu_computes_bf16_natively() looks for, for messages: "avx512_bf16" or "bf16".
 const char* native_bf16_feature();
+
+// The instruction sets kernels are compiled for, narrowest first: "baseline", "avx2" (x86-64-v3)
+// and "avx512" (x86-64-v4). A kernel family offers some of them and takes the widest one that is
+// allowed (isa_allowed) and that the CPU runs.
+extern const char* const kKernelIsas[3];
+// Whether `isa` is no wider than `cap` (null: no cap).
+bool isa_allowed(const char* isa, const char* cap);
+// ConfigError naming DDP_ISA unless `cap` is an instruction set this build and CPU run.
+void check_isa_cap(const char* cap);
+// DDP_ISA, checked: the widest instruction set kernels may use; nullopt when unset.
+std::optional<std::string> isa_cap();
 
 }  // namespace ddp::detail

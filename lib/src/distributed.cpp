@@ -2,11 +2,13 @@
 
 #include "ddp/comm/factory.h"
 #include "ddp/log.h"
+#include "ddp/settings.h"
 
 namespace ddp {
 
 ProcessGroup init_process_group() {
   ProcessGroup group;
+  settings::validate_all();
   group.env = DistributedEnv::from_environment();
   log::set_rank(group.env.rank);
   CommOptions options;

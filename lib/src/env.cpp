@@ -2,6 +2,7 @@
 
 #include "ddp/env_vars.h"
 #include "ddp/error.h"
+#include "ddp/settings.h"
 
 namespace ddp {
 namespace {
@@ -46,7 +47,7 @@ std::string DistributedEnv::describe() const {
 }
 
 std::chrono::milliseconds collective_timeout_from_environment() {
-  const long seconds = env::get_int("DDP_TIMEOUT_SEC", 1, 7 * 24 * 3600).value_or(30 * 60);
+  const long seconds = settings::integer(settings::kTimeoutSec).value_or(30 * 60);
   return std::chrono::seconds(seconds);
 }
 

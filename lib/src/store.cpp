@@ -13,10 +13,10 @@
 #include <random>
 
 #include "ddp/env.h"
-#include "ddp/env_vars.h"
 #include "ddp/error.h"
 #include "ddp/log.h"
 #include "ddp/net/tcp_probe.h"
+#include "ddp/settings.h"
 #include "ddp/store_server.h"
 #include "store/wire.h"
 
@@ -100,9 +100,10 @@ int open_connection(const std::string& host, int port, Clock::time_point deadlin
 
 StoreProtocol protocol_from_env(StoreProtocol asked) {
   if (asked != StoreProtocol::kAuto) return asked;
-  return env::get_choice<StoreProtocol>("DDP_STORE_PROTOCOL", {{"auto", StoreProtocol::kAuto},
-                                                               {"legacy", StoreProtocol::kLegacy},
-                                                               {"modern", StoreProtocol::kModern}})
+  return settings::choice<StoreProtocol>(settings::kStoreProtocol,
+                                         {{"auto", StoreProtocol::kAuto},
+                                          {"legacy", StoreProtocol::kLegacy},
+                                          {"modern", StoreProtocol::kModern}})
       .value_or(StoreProtocol::kAuto);
 }
 

@@ -43,7 +43,7 @@ TEST(AlgorithmConfig, TheEnvironmentOverridesTheTransportsDefaults) {
   ScopedEnv direct("DDP_DIRECT_BYTES", "4096");
   ScopedEnv algorithm("DDP_ALGORITHM", "direct");
   ScopedEnv slice("DDP_HIERARCHY_SLICE_BYTES", "1024");
-  const auto config = AlgorithmConfig::from_env(gloo_algorithm_defaults());
+  const auto config = AlgorithmConfig::resolve(gloo_algorithm_defaults(), {});
   EXPECT_EQ(config.ring_threshold_bytes, 131072u);
   EXPECT_EQ(config.direct_bytes, 4096u);
   EXPECT_EQ(config.allreduce, AllreduceAlgorithm::kDirect);
@@ -54,7 +54,7 @@ TEST(AlgorithmConfig, TheEnvironmentOverridesTheTransportsDefaults) {
 TEST(AlgorithmConfig, UnsetVariablesKeepTheTransportsDefaults) {
   CleanEnv clean;
   const auto gloo = gloo_algorithm_defaults();
-  EXPECT_EQ(AlgorithmConfig::from_env(gloo).fingerprint(), gloo.fingerprint());
+  EXPECT_EQ(AlgorithmConfig::resolve(gloo, {}).fingerprint(), gloo.fingerprint());
   EXPECT_NE(gloo.fingerprint(), AlgorithmConfig{}.fingerprint());
 }
 
@@ -84,23 +84,23 @@ TEST(AlgorithmConfig, PlanFingerprintFollowsTheSettingsThatShapeMessages) {
 
 TEST(AlgorithmConfig, TheRingOrderIsAWavefrontUnlessTheEnvironmentAsksForSteps) {
   CleanEnv clean;
-  EXPECT_EQ(AlgorithmConfig::from_env(AlgorithmConfig{}).ring_order, RingOrder::kWavefront);
+  EXPECT_EQ(AlgorithmConfig::resolve(AlgorithmConfig{}, {}).ring_order, RingOrder::kWavefront);
   ScopedEnv order("DDP_RING_ORDER", "step");
-  EXPECT_EQ(AlgorithmConfig::from_env(AlgorithmConfig{}).ring_order, RingOrder::kStep);
+  EXPECT_EQ(AlgorithmConfig::resolve(AlgorithmConfig{}, {}).ring_order, RingOrder::kStep);
 }
 
 TEST(AlgorithmConfig, AMalformedSettingIsAConfigError) {
   CleanEnv clean;
   {
     ScopedEnv algorithm("DDP_ALGORITHM", "halving");
-    EXPECT_THROW(AlgorithmConfig::from_env(AlgorithmConfig{}), ConfigError);
+    EXPECT_THROW(AlgorithmConfig::resolve(AlgorithmConfig{}, {}), ConfigError);
   }
   for (const char* bytes : {"-1", "16777217"}) {  // one round is capped at 16 MiB sent per rank
     ScopedEnv direct("DDP_DIRECT_BYTES", bytes);
-    EXPECT_THROW(AlgorithmConfig::from_env(AlgorithmConfig{}), ConfigError) << bytes;
+    EXPECT_THROW(AlgorithmConfig::resolve(AlgorithmConfig{}, {}), ConfigError) << bytes;
   }
   ScopedEnv order("DDP_RING_ORDER", "diagonal");
-  EXPECT_THROW(AlgorithmConfig::from_env(AlgorithmConfig{}), ConfigError);
+  EXPECT_THROW(AlgorithmConfig::resolve(AlgorithmConfig{}, {}), ConfigError);
 }
 
 // The per-backend variables of earlier releases fail with the name that replaced them, rather
@@ -113,17 +113,44 @@ TEST(AlgorithmConfig, TheReplacedPerBackendVariablesNameTheirSuccessors) {
       {"DDP_FABRIC_RING_THRESHOLD", "DDP_RING_THRESHOLD"},
       {"DDP_FABRIC_CHUNK_BYTES", "DDP_CHUNK_BYTES"},
       {"DDP_FABRIC_PIPELINE_DEPTH", "DDP_PIPELINE_DEPTH"},
-      {"DDP_FABRIC_RING_ORDER", "DDP_RING_ORDER"}};
+      {"DDP_FABRIC_RING_ORDER", "DDP_RING_ORDER"},
+      {"DDP_REDUCE_ISA", "DDP_ISA"},
+      {"DDP_KERNEL_ISA", "DDP_ISA"}};
   for (const auto& [old_name, new_name] : renamed) {
     ScopedEnv old_variable(old_name, "1");
     try {
-      AlgorithmConfig::from_env(AlgorithmConfig{});
+      AlgorithmConfig::resolve(AlgorithmConfig{}, {});
       ADD_FAILURE() << old_name << " was accepted";
     } catch (const ConfigError& e) {
       const std::string what = e.what();
       EXPECT_NE(what.find(old_name), std::string::npos) << what;
       EXPECT_NE(what.find(new_name), std::string::npos) << what;
     }
+  }
+}
+
+// CommOptions' fields win over the environment, and are checked against the same ranges.
+TEST(AlgorithmConfig, OptionsSetInCodeWinOverTheEnvironment) {
+  CleanEnv clean;
+  ScopedEnv chunk("DDP_CHUNK_BYTES", "65536");
+  ScopedEnv algorithm("DDP_ALGORITHM", "ring");
+  CommOptions options;
+  options.chunk_bytes = 1u << 20;
+  options.ring_order = RingOrder::kStep;
+  options.hierarchy_slice_bytes = 0;
+  const auto config = AlgorithmConfig::resolve(gloo_algorithm_defaults(), options);
+  EXPECT_EQ(config.chunk_bytes, 1u << 20);
+  EXPECT_EQ(config.ring_order, RingOrder::kStep);
+  EXPECT_EQ(config.slice_from_bytes, 0u);
+  EXPECT_EQ(config.allreduce, AllreduceAlgorithm::kRing) << "an unset field keeps the variable's";
+  EXPECT_EQ(config.direct_bytes, 1u << 20) << "and then the transport's default";
+  options.direct_bytes = (16u << 20) + 1;
+  try {
+    AlgorithmConfig::resolve(gloo_algorithm_defaults(), options);
+    ADD_FAILURE() << "direct_bytes beyond 16 MiB was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("CommOptions::direct_bytes=16777217"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -227,16 +227,20 @@ TEST(DecideHierarchy, HierarchicalOnlyForEvenNodesOfSeveralRanks) {
 TEST(DecideHierarchy, TheModeComesFromDdpCollectives) {
   {
     ddp::testing::ScopedEnv env("DDP_COLLECTIVES", "flat");
-    EXPECT_EQ(collectives_mode_from_env(), CollectivesMode::kFlat);
+    EXPECT_EQ(collectives_mode({}), CollectivesMode::kFlat);
   }
   {
     ddp::testing::ScopedEnv env("DDP_COLLECTIVES", "hierarchical");
-    EXPECT_EQ(collectives_mode_from_env(), CollectivesMode::kHierarchical);
+    EXPECT_EQ(collectives_mode({}), CollectivesMode::kHierarchical);
   }
   {
     ddp::testing::ScopedEnv env("DDP_COLLECTIVES", "tree");
-    EXPECT_THROW(collectives_mode_from_env(), ConfigError);
+    EXPECT_THROW(collectives_mode({}), ConfigError);
   }
+  ddp::testing::ScopedEnv env("DDP_COLLECTIVES", "flat");
+  CommOptions options;
+  options.collectives = CollectivesMode::kHierarchical;
+  EXPECT_EQ(collectives_mode(options), CollectivesMode::kHierarchical) << "code wins";
 }
 
 TEST(DecideHierarchy, TestHostIdReplacesTheNodeKey) {

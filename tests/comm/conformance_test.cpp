@@ -390,12 +390,24 @@ TEST_P(Conformance, PeerKilledMidOpFailsSurvivors) {
   CommOptions options;
   options.timeout = 3s;
   const int victim = world() - 1;
+  // The victim dies only once every survivor is past the warm-up, which runs outside the try:
+  // the test is about losing a peer in the middle of the large allreduce.
+  testing::SharedMemory shared(sizeof(int));
+  int* warmed_up = shared.as<int>();
+  *warmed_up = 0;
   auto outcomes = connect_and_run(
       [&](Communicator& comm) {
         std::vector<float> warmup(1024, 1.0f);
         comm.allreduce(warmup, ReduceOp::kSum);
         std::vector<float> big(16u << 20, 1.0f);
+        if (comm.rank() != victim) __atomic_add_fetch(warmed_up, 1, __ATOMIC_SEQ_CST);
         if (comm.rank() == victim) {
+          const auto deadline = std::chrono::steady_clock::now() + 20s;
+          while (__atomic_load_n(warmed_up, __ATOMIC_SEQ_CST) < comm.size() - 1) {
+            require(std::chrono::steady_clock::now() < deadline,
+                    "the survivors did not finish the warm-up");
+            std::this_thread::sleep_for(1ms);
+          }
           Work w = comm.allreduce_async(big, ReduceOp::kSum);
           std::this_thread::sleep_for(2ms);
           raise(SIGKILL);

@@ -52,24 +52,24 @@ TEST(Factory, SingleRankCommunicatorWorksWithoutPeers) {
 }
 
 // Run only by the test below, in a process of its own (the kernels are chosen once per process):
-// exits 42 when building a communicator under DDP_REDUCE_ISA=sse9 fails with a ConfigError that
+// exits 42 when building a communicator under DDP_ISA=sse9 fails with a ConfigError that
 // names the setting.
-TEST(Factory, DISABLED_ChildBuildsACommunicatorUnderABadReduceIsa) {
+TEST(Factory, DISABLED_ChildBuildsACommunicatorUnderABadIsa) {
   auto store = Store::host(0, std::chrono::seconds(5));
   try {
     create_communicator("gloo", store, 0, 1);
   } catch (const ConfigError& e) {
-    if (std::string(e.what()).find("DDP_REDUCE_ISA=sse9") != std::string::npos) std::_Exit(42);
+    if (std::string(e.what()).find("DDP_ISA='sse9'") != std::string::npos) std::_Exit(42);
     FAIL() << e.what();
   }
-  FAIL() << "a communicator was built with DDP_REDUCE_ISA=sse9";
+  FAIL() << "a communicator was built with DDP_ISA=sse9";
 }
 
 TEST(Factory, AnUnknownReductionVariantFailsTheCommunicatorsConstruction) {
   const auto outcomes = testing::run_ranks(1, std::chrono::seconds(60), [](int) {
-    setenv("DDP_REDUCE_ISA", "sse9", 1);
+    setenv("DDP_ISA", "sse9", 1);
     execl("/proc/self/exe", "core_test", "--gtest_also_run_disabled_tests",
-          "--gtest_filter=Factory.DISABLED_ChildBuildsACommunicatorUnderABadReduceIsa",
+          "--gtest_filter=Factory.DISABLED_ChildBuildsACommunicatorUnderABadIsa",
           static_cast<char*>(nullptr));
     throw std::runtime_error("cannot run this test binary again");
   });

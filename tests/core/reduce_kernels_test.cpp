@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/collective_signature.h"
+#include "cpu_features.h"
 #include "ddp/error.h"
 
 namespace ddp::detail {
@@ -268,14 +269,29 @@ TEST(ReduceKernels, BFloat16MatchesC10OnRandomBitPatterns) {
   }
 }
 
-TEST(ReduceKernels, AnUnknownOrUnsupportedVariantIsAConfigErrorNamingTheVariable) {
+TEST(ReduceKernels, AnUnknownOrUnsupportedCapIsAConfigErrorNamingTheVariable) {
   try {
     select_reduce_kernels("sse9");
     FAIL() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("DDP_REDUCE_ISA=sse9"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("DDP_ISA='sse9'"), std::string::npos) << e.what();
+  }
+  for (const char* isa : {"avx2", "avx512"}) {
+    const bool runs = std::string(isa) == "avx2" ? cpu_runs_x86_64_v3() : cpu_runs_x86_64_v4();
+    if (runs) continue;
+    try {
+      select_reduce_kernels(isa);
+      ADD_FAILURE() << "a cap of " << isa << " was accepted on a CPU that does not run it";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("DDP_ISA=") + isa), std::string::npos)
+          << e.what();
+    }
   }
   EXPECT_STREQ(select_reduce_kernels("baseline").isa, "baseline");
+  // A cap of avx2 takes avx2 where the CPU runs it, even where it runs avx512.
+  if (cpu_runs_x86_64_v3() && reduce_kernels_for("avx2")) {
+    EXPECT_STREQ(select_reduce_kernels("avx2").isa, "avx2");
+  }
   // Unset: the widest this CPU runs.
   const char* widest = reduce_kernels_for("avx512") ? "avx512"
                        : reduce_kernels_for("avx2") ? "avx2"

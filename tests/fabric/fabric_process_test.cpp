@@ -327,7 +327,7 @@ class FabricTransportProcesses : public ::testing::TestWithParam<const char*> {}
 TEST_P(FabricTransportProcesses, MessagesThatArriveBeforeTheirReceivesAreAllMatched) {
   ScopedEnv select("DDP_FABRIC_PROVIDER", GetParam());
   auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
-    auto connection = connect_fabric(*store, rank, 2, 20s);
+    auto connection = connect_fabric(*store, rank, 2, with_timeout(20s));
     collectives::PeerTransport& t = *connection.transport;
     constexpr int kMessages = 40;
     auto bytes_of = [](int i) { return i % 5 == 0 ? std::size_t{150000} : std::size_t(4 * i + 4); };
@@ -368,7 +368,7 @@ TEST_P(FabricTransportProcesses, APeersErrorCarriesTheWholeReasonOfTheRankThatFa
   ScopedEnv select("DDP_FABRIC_PROVIDER", GetParam());
   auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
     // Rank 1 gives up first, on its own timeout; rank 0 learns of it only from its notice.
-    auto connection = connect_fabric(*store, rank, 2, rank == 1 ? 300ms : 20s);
+    auto connection = connect_fabric(*store, rank, 2, with_timeout(rank == 1 ? 300ms : 20s));
     collectives::PeerTransport& t = *connection.transport;
     auto* data = static_cast<char*>(t.scratch(64));
     t.begin_op(CollectiveSignature::make(CollectiveKind::kAllgather, DataType::kInt32, 16, 0, 0));
@@ -448,7 +448,7 @@ TEST(FabricTcpTransport, AMessageLongerThanItsReceiveFailsTheOp) {
   ScopedEnv select("DDP_FABRIC_PROVIDER", "tcp;ofi_rxm");
   constexpr auto kTimeout = 20s;
   auto outcomes = run_group(2, [&](int rank, std::shared_ptr<Store> store) {
-    auto connection = connect_fabric(*store, rank, 2, kTimeout);
+    auto connection = connect_fabric(*store, rank, 2, with_timeout(kTimeout));
     collectives::PeerTransport& t = *connection.transport;
     constexpr std::size_t kSent = 150000;
     auto* data = static_cast<char*>(t.scratch(kSent));

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "child_process.h"
+#include "ddp/exit_codes.h"
 #include "multiprocess.h"
 
 namespace ddprun::testing {
@@ -71,6 +72,39 @@ TEST(DdprunProcess, StandaloneRunsTwoRanksWithTorchrunEnvironment) {
     EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
   }
   EXPECT_NE(out.find("[rank0]:env rank=0 TORCHELASTIC_ERROR_FILE=/"), std::string::npos) << out;
+}
+
+// Every setting with its value and source; a malformed one is a one-line error and the
+// configuration exit code, before any worker would start.
+TEST(DdprunProcess, PrintSettingsShowsEveryValueAndItsSource) {
+  ChildProcess ok(cmd({"--print-settings"}, {}), {{"DDP_ALGORITHM", "ring"},
+                                                  {"DDP_SOCKET_IFNAME", ""},
+                                                  {"GLOO_SOCKET_IFNAME", "lo"},
+                                                  {"DDP_CHUNK_BYTES", ""}});
+  ASSERT_EQ(ok.wait(seconds(30)), 0) << ok.output();
+  const std::string out = ok.output();
+  for (const char* line : {"DDP_ALGORITHM              ring  (environment)",
+                           "DDP_SOCKET_IFNAME          lo  (GLOO_SOCKET_IFNAME)",
+                           "DDP_TIMEOUT_SEC            1800  (default)"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
+  }
+  EXPECT_NE(out.find("DDP_CHUNK_BYTES            per transport"), std::string::npos) << out;
+
+  ChildProcess bad(cmd({"--print-settings"}, {}), {{"DDP_ALGORITHM", "halving"}});
+  EXPECT_EQ(bad.wait(seconds(30)), ddp::exit_code::kConfig) << bad.output();
+  EXPECT_NE(bad.output().find("DDP_ALGORITHM='halving' is not known; use auto, direct, ring or "
+                              "recursive_doubling"),
+            std::string::npos)
+      << bad.output();
+
+  // A launch with a replaced name stops before starting anything.
+  ChildProcess launch(cmd({"--standalone", "--nproc-per-node", "1"}, {kWorker}),
+                      {{"DDP_REDUCE_ISA", "avx2"}});
+  EXPECT_EQ(launch.wait(seconds(30)), ddp::exit_code::kConfig) << launch.output();
+  EXPECT_NE(launch.output().find("DDP_REDUCE_ISA is no longer read; use DDP_ISA"),
+            std::string::npos)
+      << launch.output();
+  EXPECT_EQ(launch.output().find("[rank0]"), std::string::npos) << launch.output();
 }
 
 TEST(DdprunProcess, TwoAgentsOnLoopbackFormOneGroup) {

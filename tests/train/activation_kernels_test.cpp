@@ -13,6 +13,7 @@
 #include <c10/util/BFloat16.h>
 #include <gtest/gtest.h>
 
+#include "cpu_features.h"
 #include "ddp/error.h"
 #include "models/activation_kernels.h"
 
@@ -208,13 +209,19 @@ TEST(ActivationKernelSelection, BaselineIsAlwaysThere) {
   EXPECT_STREQ(select_activation_kernels("baseline").isa, "baseline");
 }
 
-TEST(ActivationKernelSelection, UnknownVariantIsAConfigErrorNamingTheVariable) {
+TEST(ActivationKernelSelection, UnknownCapIsAConfigErrorNamingTheVariable) {
   try {
     select_activation_kernels("sse9");
     FAIL() << "expected a ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("DDP_KERNEL_ISA=sse9"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("DDP_ISA='sse9'"), std::string::npos) << e.what();
   }
+}
+
+// There is no avx2 variant: an avx2 cap keeps the activations on the baseline.
+TEST(ActivationKernelSelection, AnAvx2CapTakesTheBaseline) {
+  if (!ddp::detail::cpu_runs_x86_64_v3()) GTEST_SKIP() << "this CPU does not run x86-64-v3";
+  EXPECT_STREQ(select_activation_kernels("avx2").isa, "baseline");
 }
 
 }  // namespace

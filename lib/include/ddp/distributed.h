@@ -15,7 +15,8 @@ struct ProcessGroup {
   std::unique_ptr<Communicator> comm;
 };
 
-// Backend from DDP_BACKEND (default gloo), timeout from DDP_TIMEOUT_SEC (default 30 min).
+// Checks every DDP_* setting first (settings::validate_all). Backend from DDP_BACKEND (default
+// gloo), timeout from DDP_TIMEOUT_SEC (default 30 min).
 ProcessGroup init_process_group();
 
 }  // namespace ddp

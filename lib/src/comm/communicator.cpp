@@ -39,7 +39,7 @@ Communicator::Communicator(int rank, int size, CommOptions options)
   if (options_.timeout.count() <= 0) {
     throw ConfigError("communicator timeout must be positive");
   }
-  // Chooses the reduction kernels now (DDP_REDUCE_ISA), so that a bad setting fails here, before
+  // Chooses the reduction kernels now (DDP_ISA), so that a bad setting fails here, before
   // any peer waits on this rank, rather than inside the first collective.
   detail::reduce_kernels();
 }

@@ -29,7 +29,7 @@ struct FabricModule {
                                        const CommOptions& options);
   // Every rank of the node calls this with the same store; all of them must be on this host.
   // Throws as connect_fabric does.
-  NodeTransport (*connect_node)(Store& store, int rank, int size, std::chrono::milliseconds timeout,
+  NodeTransport (*connect_node)(Store& store, int rank, int size, const CommOptions& options,
                                 const std::string& group);
 };
 

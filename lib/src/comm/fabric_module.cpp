@@ -88,10 +88,10 @@ std::unique_ptr<Communicator> create_fabric_communicator(std::shared_ptr<Store> 
   });
 }
 
-NodeTransport connect_fabric_node(Store& store, int rank, int size,
-                                  std::chrono::milliseconds timeout, const std::string& group) {
+NodeTransport connect_fabric_node(Store& store, int rank, int size, const CommOptions& options,
+                                  const std::string& group) {
   return with_module([&](const FabricModule& module) {
-    return module.connect_node(store, rank, size, timeout, group);
+    return module.connect_node(store, rank, size, options, group);
   });
 }
 

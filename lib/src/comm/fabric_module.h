@@ -30,8 +30,8 @@ std::unique_ptr<Communicator> create_fabric_communicator(std::shared_ptr<Store> 
 // The same module's transport for the ranks of one node (FabricModule::connect_node), for the
 // hierarchical collectives of the gloo backend. Throws ConfigError when the module cannot be
 // loaded, and what connect_fabric throws.
-NodeTransport connect_fabric_node(Store& store, int rank, int size,
-                                  std::chrono::milliseconds timeout, const std::string& group);
+NodeTransport connect_fabric_node(Store& store, int rank, int size, const CommOptions& options,
+                                  const std::string& group);
 
 // The module's entry point in the library at `path` (dlopen'ed for good: libfabric providers do
 // not support being unloaded). Throws ConfigError when it cannot be loaded, or was built from

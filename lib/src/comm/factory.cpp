@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "comm/gloo/gloo_communicator.h"
-#include "ddp/env_vars.h"
 #include "ddp/error.h"
+#include "ddp/settings.h"
 #include "ddp/store.h"
 #ifdef DDP_WITH_FABRIC
 #include "comm/fabric_module.h"
@@ -39,7 +39,7 @@ void require_available(const std::string& backend, const char* origin) {
 }  // namespace
 
 std::string backend_from_env() {
-  const std::string backend = env::get("DDP_BACKEND").value_or("gloo");
+  const std::string backend = settings::spelling(settings::kBackend).value_or("gloo");
   require_available(backend, "DDP_BACKEND");
   return backend;
 }

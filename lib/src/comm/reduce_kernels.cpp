@@ -4,7 +4,6 @@
 #include <string>
 
 #include "cpu_features.h"
-#include "ddp/env_vars.h"
 #include "ddp/error.h"
 
 namespace ddp::detail {
@@ -29,27 +28,19 @@ const ReduceKernels* reduce_kernels_for(const char* isa) {
   return nullptr;
 }
 
-const ReduceKernels& select_reduce_kernels(const char* wanted) {
-  if (!wanted) {
-    for (const char* isa : {"avx512", "avx2"}) {
-      if (const ReduceKernels* widest = reduce_kernels_for(isa)) return *widest;
-    }
-    return kBaselineReduceKernels;
+const ReduceKernels& select_reduce_kernels(const char* cap) {
+  if (cap) check_isa_cap(cap);
+  for (int i = 2; i > 0; --i) {
+    if (!isa_allowed(kKernelIsas[i], cap)) continue;
+    if (const ReduceKernels* widest = reduce_kernels_for(kKernelIsas[i])) return *widest;
   }
-  const ReduceKernels* named = reduce_kernels_for(wanted);
-  if (!named) {
-    throw ConfigError(std::string("DDP_REDUCE_ISA=") + wanted +
-                      ": this build or CPU has no such reduction kernels; use baseline, avx2 "
-                      "(x86-64 build, x86-64-v3 CPU) or avx512 (x86-64 build, x86-64-v4 CPU, "
-                      "i.e. AVX-512 F/BW/CD/DQ/VL), or unset it");
-  }
-  return *named;
+  return kBaselineReduceKernels;
 }
 
 const ReduceKernels& reduce_kernels() {
   static const ReduceKernels& chosen = []() -> const ReduceKernels& {
-    const auto wanted = env::get("DDP_REDUCE_ISA");
-    return select_reduce_kernels(wanted ? wanted->c_str() : nullptr);
+    const auto cap = isa_cap();
+    return select_reduce_kernels(cap ? cap->c_str() : nullptr);
   }();
   return chosen;
 }

@@ -36,10 +36,10 @@ struct ReduceKernels {
 
 // The variant named `isa` if this build and this CPU have it, else null.
 const ReduceKernels* reduce_kernels_for(const char* isa);
-// The variant `wanted` names (ConfigError naming DDP_REDUCE_ISA if there is none), or with null
-// the widest this CPU runs.
-const ReduceKernels& select_reduce_kernels(const char* wanted);
-// The variant in use, chosen on first use: DDP_REDUCE_ISA's, else the widest this CPU runs.
+// The widest variant this build and CPU run that is no wider than `cap` (null: no cap). A cap
+// that is unknown or that the CPU cannot run is a ConfigError naming DDP_ISA.
+const ReduceKernels& select_reduce_kernels(const char* cap);
+// The variant in use, chosen on first use under DDP_ISA's cap.
 const ReduceKernels& reduce_kernels();
 
 // The kernel for (dtype, op); kAvg uses the sum kernel (the caller divides once at the end).

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <map>
 
-#include "ddp/env_vars.h"
 #include "ddp/error.h"
+#include "ddp/settings.h"
 #include "ddp/store.h"
 
 namespace ddp {
@@ -70,7 +70,7 @@ std::string Topology::describe() const {
 namespace detail {
 
 std::string node_key() {
-  if (auto fake = env::get("DDP_TEST_HOST_ID")) return "test:" + *fake;
+  if (auto fake = settings::text(settings::kTestHostId)) return "test:" + *fake;
   char hostname[HOST_NAME_MAX + 1] = {0};
   ::gethostname(hostname, sizeof(hostname) - 1);
   return std::string(hostname) + "/" + read_first_line("/proc/sys/kernel/random/boot_id") + "/" +

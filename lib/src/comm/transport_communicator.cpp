@@ -23,7 +23,7 @@ void TransportCommunicator::connect(const std::shared_ptr<Store>& store,
   job_ = connect_level(store, rank(), size(), "");
   Topology topology = exchange_topology(*store, rank(), size());
   const auto decision =
-      collectives::decide_hierarchy(topology, collectives::collectives_mode_from_env());
+      collectives::decide_hierarchy(topology, collectives::collectives_mode(options()));
   if (decision.hierarchical) {
     const std::string node = std::to_string(topology.node());
     local_ = connect_node(store->with_prefix("node" + node), topology.local_rank(),

@@ -4,7 +4,6 @@
 #include <string>
 
 #include "cpu_features.h"
-#include "ddp/env_vars.h"
 #include "ddp/error.h"
 
 namespace ddp::models::detail {
@@ -23,26 +22,19 @@ const ActivationKernels* activation_kernels_for(const char* isa) {
   return nullptr;
 }
 
-const ActivationKernels& select_activation_kernels(const char* wanted) {
-  if (!wanted) {
-    const ActivationKernels* best = activation_kernels_for("avx512");
-    return best ? *best : kBaselineActivationKernels;
+const ActivationKernels& select_activation_kernels(const char* cap) {
+  if (cap) ddp::detail::check_isa_cap(cap);
+  // Variants exist for baseline and avx512: an avx2 cap takes the baseline.
+  if (ddp::detail::isa_allowed("avx512", cap)) {
+    if (const ActivationKernels* fast = activation_kernels_for("avx512")) return *fast;
   }
-  const ActivationKernels* named = activation_kernels_for(wanted);
-  if (!named) {
-    throw ConfigError(
-        std::string("DDP_KERNEL_ISA=") + wanted +
-        ": this build or CPU has no such kernel variant; use baseline or avx512 "
-        "(avx512 needs an x86-64 build and an x86-64-v4 CPU, i.e. AVX-512 F/BW/CD/DQ/VL), or "
-        "unset it");
-  }
-  return *named;
+  return kBaselineActivationKernels;
 }
 
 const ActivationKernels& activation_kernels() {
   static const ActivationKernels& chosen = []() -> const ActivationKernels& {
-    const auto wanted = env::get("DDP_KERNEL_ISA");
-    return select_activation_kernels(wanted ? wanted->c_str() : nullptr);
+    const auto cap = ddp::detail::isa_cap();
+    return select_activation_kernels(cap ? cap->c_str() : nullptr);
   }();
   return chosen;
 }

@@ -48,12 +48,13 @@ struct ActivationKernels {
   void (*to_float32)(const uint16_t* in, float* out, int64_t n);
 };
 
-// The variant the kernels use, chosen on first use: DDP_KERNEL_ISA's, else the fastest this
-// CPU runs. create_model() calls it, so a bad DDP_KERNEL_ISA fails there, before training.
+// The variant the kernels use, chosen on first use: the fastest this CPU runs under DDP_ISA's
+// cap. create_model() calls it, so a bad DDP_ISA fails there, before training.
 const ActivationKernels& activation_kernels();
 
-// The variant named `wanted` (nullptr: the fastest here); ConfigError if it is unavailable.
-const ActivationKernels& select_activation_kernels(const char* wanted);
+// The fastest variant no wider than `cap` (nullptr: no cap); a cap that is unknown or that the
+// CPU cannot run is a ConfigError naming DDP_ISA.
+const ActivationKernels& select_activation_kernels(const char* cap);
 
 // A named variant ("baseline", "avx512"), or nullptr when this build or CPU lacks it.
 const ActivationKernels* activation_kernels_for(const char* isa);

@@ -22,7 +22,7 @@ std::shared_ptr<Classifier> create_model(const ModelSpec& spec, uint64_t seed) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_current_seed(seed);
   }
-  (void)detail::activation_kernels();  // a bad DDP_KERNEL_ISA is a ConfigError here, not mid-step
+  (void)detail::activation_kernels();  // a bad DDP_ISA is a ConfigError here, not mid-step
   if (spec.in_channels < 1 || spec.num_classes < 1) {
     throw ConfigError("model '" + spec.name + "' needs at least one input channel and one class");
   }

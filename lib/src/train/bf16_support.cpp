@@ -3,15 +3,15 @@
 #include <atomic>
 
 #include "cpu_features.h"
-#include "ddp/env_vars.h"
 #include "ddp/log.h"
+#include "ddp/settings.h"
 
 namespace ddp::train::detail {
 
 bool bf16_autocast_enabled(bool requested) {
   if (!requested) return false;
   const bool native =
-      env::get_bool("DDP_TEST_CPU_BF16").value_or(ddp::detail::cpu_computes_bf16_natively());
+      settings::boolean(settings::kTestCpuBf16).value_or(ddp::detail::cpu_computes_bf16_natively());
   if (native) return true;
   static std::atomic<bool> warned{false};
   if (!warned.exchange(true)) {

@@ -4,7 +4,9 @@
 // are issued on each rank, and every rank must issue the same sequence with matching sizes.
 // Failures (dead peer, mismatched sizes, timeout) throw CommError naming the op and the peer.
 #include <chrono>
+#include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ddp/comm/topology.h"
@@ -17,11 +19,34 @@ namespace detail {
 class OpQueue;
 }
 
+// The allreduce algorithm (DDP_ALGORITHM). kDirect takes one round wherever the transport's
+// round carries the payload, kAuto's choice elsewhere.
+enum class AllreduceAlgorithm { kAuto, kDirect, kRing, kRecursiveDoubling };
+// The order in which the ring takes its incoming chunks (DDP_RING_ORDER); ranks must agree.
+enum class RingOrder { kWavefront, kStep };
+// Hierarchical (inside each node, then across nodes) or flat collectives (DDP_COLLECTIVES).
+enum class CollectivesMode { kAuto, kFlat, kHierarchical };
+
+// How a communicator connects and runs its collectives. Every field but the timeout left unset
+// takes its DDP_* setting from the environment (ddp/settings.h, where each is documented), and,
+// where that is unset too, the transport's default; a field set here wins over the environment.
+// Values are checked against the same ranges as the settings (ConfigError).
 struct CommOptions {
   // Bound on every collective; a peer that does not take part within it fails the op. The fabric
   // backend counts it from the op's first poll that finds nothing complete (an op whose messages
-  // are all there when polled reads no clock).
+  // are all there when polled reads no clock). init_process_group takes it from DDP_TIMEOUT_SEC.
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
+
+  std::optional<CollectivesMode> collectives;        // DDP_COLLECTIVES
+  std::optional<AllreduceAlgorithm> algorithm;       // DDP_ALGORITHM
+  std::optional<std::size_t> direct_bytes;           // DDP_DIRECT_BYTES
+  std::optional<std::size_t> ring_threshold_bytes;   // DDP_RING_THRESHOLD
+  std::optional<std::size_t> chunk_bytes;            // DDP_CHUNK_BYTES
+  std::optional<int> pipeline_depth;                 // DDP_PIPELINE_DEPTH
+  std::optional<RingOrder> ring_order;               // DDP_RING_ORDER
+  std::optional<std::size_t> hierarchy_slice_bytes;  // DDP_HIERARCHY_SLICE_BYTES
+  std::optional<std::string> socket_ifname;          // DDP_SOCKET_IFNAME
+  std::optional<std::string> fabric_provider;        // DDP_FABRIC_PROVIDER
 };
 
 class Communicator {

@@ -3,27 +3,30 @@
 #include <cstdint>
 #include <string>
 
-#include "ddp/env_vars.h"
 #include "ddp/error.h"
+#include "ddp/settings.h"
 
 namespace ddp::detail::collectives {
 namespace {
 
-// The per-backend variables of earlier releases, and what replaced each.
-struct Renamed {
-  const char* old_name;
-  const char* new_name;
-};
-constexpr Renamed kRenamed[] = {
-    {"DDP_GLOO_ALGORITHM",
-     "DDP_ALGORITHM=auto|direct|ring|recursive_doubling (gloo's own "
-     "gloo_ring and bcube are gone; bench/ keeps them as references)"},
-    {"DDP_FABRIC_ALGORITHM", "DDP_ALGORITHM"},
-    {"DDP_FABRIC_RING_THRESHOLD", "DDP_RING_THRESHOLD"},
-    {"DDP_FABRIC_CHUNK_BYTES", "DDP_CHUNK_BYTES"},
-    {"DDP_FABRIC_PIPELINE_DEPTH", "DDP_PIPELINE_DEPTH"},
-    {"DDP_FABRIC_RING_ORDER", "DDP_RING_ORDER"},
-};
+// The value `options` sets (checked against the setting's range), else the environment's, else
+// `current` (the transport's default).
+template <typename T>
+T pick_number(const std::optional<T>& in_code, const settings::Setting& setting, const char* field,
+              T current) {
+  if (in_code) {
+    const auto value = static_cast<long long>(*in_code);
+    if (value < setting.min_value || value > setting.max_value) {
+      throw ConfigError(std::string("CommOptions::") + field + "=" + std::to_string(value) +
+                        " is out of range; expected a value in [" +
+                        std::to_string(setting.min_value) + ", " +
+                        std::to_string(setting.max_value) + "] (as for " + setting.name + ")");
+    }
+    return *in_code;
+  }
+  if (auto value = settings::integer(setting)) return static_cast<T>(*value);
+  return current;
+}
 
 }  // namespace
 
@@ -52,43 +55,37 @@ std::uint64_t AlgorithmConfig::fingerprint() const {
   return hash;
 }
 
-AlgorithmConfig AlgorithmConfig::from_env(AlgorithmConfig defaults) {
-  for (const auto& [old_name, new_name] : kRenamed) {
-    if (env::get(old_name)) {
-      throw ConfigError(std::string(old_name) + " is no longer read: one set of algorithm " +
-                        "settings serves every backend; use " + new_name);
-    }
-  }
+AlgorithmConfig AlgorithmConfig::resolve(AlgorithmConfig defaults, const CommOptions& options) {
+  settings::refuse_replaced();  // DDP_GLOO_ALGORITHM and DDP_FABRIC_*, naming their successors
   AlgorithmConfig config = defaults;
-  if (auto algorithm = env::get_choice<AllreduceAlgorithm>(
-          "DDP_ALGORITHM", {{"auto", AllreduceAlgorithm::kAuto},
-                            {"direct", AllreduceAlgorithm::kDirect},
-                            {"ring", AllreduceAlgorithm::kRing},
-                            {"recursive_doubling", AllreduceAlgorithm::kRecursiveDoubling}})) {
+  if (options.algorithm) {
+    config.allreduce = *options.algorithm;
+  } else if (auto algorithm = settings::choice<AllreduceAlgorithm>(
+                 settings::kAlgorithm,
+                 {{"auto", AllreduceAlgorithm::kAuto},
+                  {"direct", AllreduceAlgorithm::kDirect},
+                  {"ring", AllreduceAlgorithm::kRing},
+                  {"recursive_doubling", AllreduceAlgorithm::kRecursiveDoubling}})) {
     config.allreduce = *algorithm;
   }
-  if (auto order = env::get_choice<RingOrder>(
-          "DDP_RING_ORDER", {{"wavefront", RingOrder::kWavefront}, {"step", RingOrder::kStep}})) {
+  if (options.ring_order) {
+    config.ring_order = *options.ring_order;
+  } else if (auto order = settings::choice<RingOrder>(
+                 settings::kRingOrder,
+                 {{"wavefront", RingOrder::kWavefront}, {"step", RingOrder::kStep}})) {
     config.ring_order = *order;
   }
-  constexpr long kGiB = 1L << 30;
-  // One round stops paying long before this; gloo keeps receive slots of this size per level.
-  constexpr long kMaxDirectBytes = 16L << 20;
-  if (auto v = env::get_int("DDP_DIRECT_BYTES", 0, kMaxDirectBytes)) {
-    config.direct_bytes = static_cast<std::size_t>(*v);
-  }
-  if (auto v = env::get_int("DDP_RING_THRESHOLD", 0, kGiB)) {
-    config.ring_threshold_bytes = static_cast<std::size_t>(*v);
-  }
-  if (auto v = env::get_int("DDP_CHUNK_BYTES", 64, kGiB)) {
-    config.chunk_bytes = static_cast<std::size_t>(*v);
-  }
-  if (auto v = env::get_int("DDP_PIPELINE_DEPTH", 1, 64)) {
-    config.pipeline_depth = static_cast<int>(*v);
-  }
-  if (auto v = env::get_int("DDP_HIERARCHY_SLICE_BYTES", 0, kGiB)) {
-    config.slice_from_bytes = static_cast<std::size_t>(*v);
-  }
+  config.direct_bytes = pick_number(options.direct_bytes, settings::kDirectBytes, "direct_bytes",
+                                    config.direct_bytes);
+  config.ring_threshold_bytes = pick_number(options.ring_threshold_bytes, settings::kRingThreshold,
+                                            "ring_threshold_bytes", config.ring_threshold_bytes);
+  config.chunk_bytes =
+      pick_number(options.chunk_bytes, settings::kChunkBytes, "chunk_bytes", config.chunk_bytes);
+  config.pipeline_depth = pick_number(options.pipeline_depth, settings::kPipelineDepth,
+                                      "pipeline_depth", config.pipeline_depth);
+  config.slice_from_bytes =
+      pick_number(options.hierarchy_slice_bytes, settings::kHierarchySliceBytes,
+                  "hierarchy_slice_bytes", config.slice_from_bytes);
   return config;
 }
 

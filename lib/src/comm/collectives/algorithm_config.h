@@ -7,12 +7,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ddp/comm/communicator.h"
+
 namespace ddp::detail::collectives {
 
-enum class AllreduceAlgorithm { kAuto, kDirect, kRing, kRecursiveDoubling };
-
-// The order in which the ring takes its incoming chunks (ring.h, wavefront_order).
-enum class RingOrder { kWavefront, kStep };
+// Public in ddp/comm/communicator.h, as CommOptions' fields.
+using ddp::AllreduceAlgorithm;
+using ddp::RingOrder;  // the order in which the ring takes its chunks (ring.h, wavefront_order)
 
 const char* to_string(AllreduceAlgorithm algorithm);
 
@@ -49,10 +50,10 @@ struct AlgorithmConfig {
   // header).
   std::uint64_t fingerprint() const;
 
-  // `defaults` (the transport's), overridden by the variables above. ConfigError on malformed
-  // values, and on the per-backend names these replaced (DDP_GLOO_ALGORITHM, DDP_FABRIC_*), naming
-  // the new one.
-  static AlgorithmConfig from_env(AlgorithmConfig defaults);
+  // `defaults` (the transport's), overridden by the variables above, and those by the fields
+  // `options` sets. ConfigError on malformed or out-of-range values, and on the names the
+  // variables replaced (DDP_GLOO_ALGORITHM, DDP_FABRIC_*), naming the new one.
+  static AlgorithmConfig resolve(AlgorithmConfig defaults, const CommOptions& options);
 };
 
 }  // namespace ddp::detail::collectives

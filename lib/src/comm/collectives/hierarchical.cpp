@@ -5,7 +5,7 @@
 #include "comm/collectives/partition.h"
 #include "comm/collectives/ring.h"
 #include "comm/reduce_kernels.h"
-#include "ddp/env_vars.h"
+#include "ddp/settings.h"
 
 namespace ddp::detail::collectives {
 namespace {
@@ -25,11 +25,12 @@ enum Stage : std::uint64_t {
 
 }  // namespace
 
-CollectivesMode collectives_mode_from_env() {
-  return env::get_choice<CollectivesMode>("DDP_COLLECTIVES",
-                                          {{"auto", CollectivesMode::kAuto},
-                                           {"flat", CollectivesMode::kFlat},
-                                           {"hierarchical", CollectivesMode::kHierarchical}})
+CollectivesMode collectives_mode(const CommOptions& options) {
+  if (options.collectives) return *options.collectives;
+  return settings::choice<CollectivesMode>(settings::kCollectives,
+                                           {{"auto", CollectivesMode::kAuto},
+                                            {"flat", CollectivesMode::kFlat},
+                                            {"hierarchical", CollectivesMode::kHierarchical}})
       .value_or(CollectivesMode::kAuto);
 }
 

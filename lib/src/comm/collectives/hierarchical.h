@@ -19,8 +19,9 @@
 namespace ddp::detail::collectives {
 
 // DDP_COLLECTIVES=auto|flat|hierarchical (default auto).
-enum class CollectivesMode { kAuto, kFlat, kHierarchical };
-CollectivesMode collectives_mode_from_env();
+using ddp::CollectivesMode;
+// options.collectives, else DDP_COLLECTIVES, else kAuto.
+CollectivesMode collectives_mode(const CommOptions& options);
 
 struct HierarchyDecision {
   bool hierarchical = false;

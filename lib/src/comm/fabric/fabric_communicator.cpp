@@ -10,8 +10,7 @@ FabricCommunicator::FabricCommunicator(std::shared_ptr<Store> store, int rank, i
     : TransportCommunicator(rank, size, options) {
   auto connect_level = [&](const std::shared_ptr<Store>& level_store, int level_rank,
                            int level_size, const std::string& group) {
-    auto connection =
-        fabric::connect_fabric(*level_store, level_rank, level_size, options.timeout, group);
+    auto connection = fabric::connect_fabric(*level_store, level_rank, level_size, options, group);
     return Level{std::move(connection.transport), connection.config,
                  std::move(connection.provider)};
   };

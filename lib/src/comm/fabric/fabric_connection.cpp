@@ -16,6 +16,7 @@
 #include "ddp/env_vars.h"
 #include "ddp/error.h"
 #include "ddp/log.h"
+#include "ddp/settings.h"
 #include "ddp/store.h"
 #include "net/local_address.h"
 
@@ -111,19 +112,21 @@ std::string shm_room(const std::vector<HostIdentity>& hosts, int rank) {
 
 // `cma_blocker`: see cross_memory_attach_blocker.
 OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, int size,
-                             const std::string& cma_blocker, const std::string& group) {
+                             const std::string& cma_blocker, const CommOptions& options,
+                             const std::string& group) {
   const int host_count = count_hosts(hosts);
   std::string shm_blocker = shm_room(hosts, rank);
   if (shm_blocker.empty()) shm_blocker = cma_blocker;
   const auto choice = choose_provider_from_env([] { return provider_present("efa"); }, host_count,
-                                               size, shm_blocker);
+                                               size, shm_blocker, options.fabric_provider);
   if (choice.provider == "shm" && !shm_blocker.empty()) {
     throw ConfigError("libfabric provider shm (" + choice.reason + ") cannot run here: " +
                       shm_blocker + "; or set DDP_FABRIC_PROVIDER=tcp;ofi_rxm");
   }
   InfoQuery query{choice.provider, std::nullopt, std::nullopt};
   if (binds_to_ip_address(choice.provider) && !env::get("FI_TCP_IFACE")) {
-    if (auto iface = env::get("DDP_SOCKET_IFNAME")) {
+    if (auto iface = options.socket_ifname ? options.socket_ifname
+                                           : settings::text(settings::kSocketIfname)) {
       query.domain = *iface;
     } else {
       query.source_address = source_address(hosts, rank);
@@ -145,7 +148,8 @@ OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, i
       answer.get(), per_device ? static_cast<std::size_t>(local_index(hosts, rank)) : 0, nullptr);
   OpenedEndpoint opened;
   opened.provider = info->fabric_attr->prov_name;
-  opened.config = collectives::AlgorithmConfig::from_env(algorithm_defaults(opened.provider));
+  opened.config =
+      collectives::AlgorithmConfig::resolve(algorithm_defaults(opened.provider), options);
   const auto& config = opened.config;
   const std::string description =
       "provider " + opened.provider + " (" + choice.reason + "), fabric " +
@@ -179,8 +183,9 @@ OpenedEndpoint open_endpoint(const std::vector<HostIdentity>& hosts, int rank, i
 
 }  // namespace
 
-FabricConnection connect_fabric(Store& store, int rank, int size, std::chrono::milliseconds timeout,
+FabricConnection connect_fabric(Store& store, int rank, int size, const CommOptions& options,
                                 const std::string& group) {
+  const auto timeout = options.timeout;
   if (size > kMaxRanks) {
     throw ConfigError("the fabric backend supports at most " + std::to_string(kMaxRanks) +
                       " ranks, got " + std::to_string(size));
@@ -203,7 +208,7 @@ FabricConnection connect_fabric(Store& store, int rank, int size, std::chrono::m
   }
   OpenedEndpoint opened;
   try {
-    opened = open_endpoint(hosts, rank, size, cma_blocker, group);
+    opened = open_endpoint(hosts, rank, size, cma_blocker, options, group);
   } catch (const Error& e) {
     publish_failure(*scoped, rank, e.what());
     throw;

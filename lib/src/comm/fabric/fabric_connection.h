@@ -29,7 +29,7 @@ struct FabricConnection {
 // failed, StoreError if the store does not answer.
 // `group` names a part of the job in the log ("inside node 2"; empty for the whole job, whose
 // rank 0 logs the choice at info level, every other group at debug level).
-FabricConnection connect_fabric(Store& store, int rank, int size, std::chrono::milliseconds timeout,
+FabricConnection connect_fabric(Store& store, int rank, int size, const CommOptions& options,
                                 const std::string& group = "");
 
 }  // namespace ddp::detail::fabric

@@ -41,8 +41,11 @@ constexpr auto kStuckCallCpuLimit = std::chrono::milliseconds(1000);
 // after this much wall time, blocked or not: the rank's own error waits on them.
 constexpr auto kBestEffortCallLimit = kStuckCallCpuLimit;
 // How long messages from a peer that has exited may still trickle in before its absence fails
-// the op.
+// the op: this much wall time and this many polls in a row that found nothing, so that a rank
+// descheduled through the window (ranks outnumbering cores) still reads what is already in its
+// sockets.
 constexpr auto kExitedPeerDrain = std::chrono::milliseconds(50);
+constexpr int kExitedPeerDrainIdlePolls = 200;
 // After waiting this long for a peer it has sent no header in this op, a rank injects it one:
 // ranks that disagree about an all-small op may wait on tags the other never sends (a rank with
 // an empty buffer runs a barrier, its peer a recursive doubling), and the header shows them the
@@ -467,7 +470,11 @@ void FabricTransport::check_awaited_peers_alive() {
   if (!dead) return;
   // What it sent before it went may still be on its way: take that first.
   const auto until = Clock::now() + kExitedPeerDrain;
-  while (Clock::now() < until && awaited_peers()[*dead]) progress();
+  int idle_polls = 0;
+  while (awaited_peers()[*dead] &&
+         (idle_polls < kExitedPeerDrainIdlePolls || Clock::now() < until)) {
+    idle_polls = progress() ? 0 : idle_polls + 1;
+  }
   if (!awaited_peers()[*dead]) return;
   fail(*dead, "rank " + std::to_string(*dead) + " (pid " +
                   std::to_string(*liveness_.pid_of(*dead)) +

@@ -12,9 +12,8 @@ ddp::Communicator* create_communicator(const std::shared_ptr<ddp::Store>& store,
 }
 
 ddp::detail::NodeTransport connect_node(ddp::Store& store, int rank, int size,
-                                        std::chrono::milliseconds timeout,
-                                        const std::string& group) {
-  auto connection = ddp::detail::fabric::connect_fabric(store, rank, size, timeout, group);
+                                        const ddp::CommOptions& options, const std::string& group) {
+  auto connection = ddp::detail::fabric::connect_fabric(store, rank, size, options, group);
   return {std::move(connection.transport), connection.config, connection.provider};
 }
 

@@ -21,11 +21,13 @@ ProviderChoice choose_provider(const std::optional<std::string>& ddp_provider,
                                const std::optional<std::string>& fi_provider, bool efa_available,
                                int hosts, int ranks, const std::string& shm_blocker = "");
 
-// choose_provider with DDP_FABRIC_PROVIDER and FI_PROVIDER from the environment; `efa_probe`
-// runs only when nothing was chosen explicitly.
+// choose_provider with DDP_FABRIC_PROVIDER and FI_PROVIDER from the environment, or with
+// `in_code` (CommOptions::fabric_provider) where set; `efa_probe` runs only when nothing was
+// chosen explicitly.
 template <typename EfaProbe>
 ProviderChoice choose_provider_from_env(EfaProbe&& efa_probe, int hosts, int ranks,
-                                        const std::string& shm_blocker);
+                                        const std::string& shm_blocker,
+                                        const std::optional<std::string>& in_code = std::nullopt);
 
 // Whether a name is a socket-based provider that binds to an IP address (tcp, sockets, udp).
 bool binds_to_ip_address(const std::string& provider);
@@ -33,14 +35,18 @@ bool binds_to_ip_address(const std::string& provider);
 }  // namespace ddp::detail::fabric
 
 #include "ddp/env_vars.h"
+#include "ddp/settings.h"
 
 namespace ddp::detail::fabric {
 
 template <typename EfaProbe>
 ProviderChoice choose_provider_from_env(EfaProbe&& efa_probe, int hosts, int ranks,
-                                        const std::string& shm_blocker) {
-  const auto ddp = env::get("DDP_FABRIC_PROVIDER");
-  const auto fi = env::get("FI_PROVIDER");
+                                        const std::string& shm_blocker,
+                                        const std::optional<std::string>& in_code) {
+  if (in_code) return {*in_code, "set by CommOptions::fabric_provider"};
+  // DDP_FABRIC_PROVIDER, or FI_PROVIDER (which may also be a filter such as "^efa").
+  const auto ddp = env::get(settings::kFabricProvider.name);
+  const auto fi = env::get(settings::kFabricProvider.fallback);
   const bool explicit_choice = ddp || (fi && fi->find_first_of(",^") == std::string::npos);
   return choose_provider(ddp, fi, !explicit_choice && efa_probe(), hosts, ranks, shm_blocker);
 }

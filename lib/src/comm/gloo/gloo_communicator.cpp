@@ -53,8 +53,8 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
                                    const CommOptions& options)
     : TransportCommunicator(rank, size, options) {
   ignore_sigpipe_unless_handled();
-  auto device = make_gloo_device(store->endpoint_host());
-  const auto config = collectives::AlgorithmConfig::from_env(gloo_algorithm_defaults());
+  auto device = make_gloo_device(store->endpoint_host(), options);
+  const auto config = collectives::AlgorithmConfig::resolve(gloo_algorithm_defaults(), options);
   auto connect_level = [&](const std::shared_ptr<Store>& level_store, int level_rank,
                            int level_size, const std::string& group) {
     GlooStoreBridge bridge(level_store);
@@ -80,7 +80,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
     std::string why;
     try {
       auto node = connect_fabric_node(*node_store->with_prefix("fabric"), local_rank, local_size,
-                                      options.timeout, group);
+                                      options, group);
       return Level{std::move(node.transport), node.config, "libfabric " + node.provider};
     } catch (const ConfigError& e) {
       why = e.what();

@@ -2,17 +2,18 @@
 
 #include <gloo/transport/tcp/device.h>
 
-#include "ddp/env_vars.h"
 #include "ddp/error.h"
 #include "ddp/log.h"
+#include "ddp/settings.h"
 #include "net/local_address.h"
 
 namespace ddp::detail {
 
-std::shared_ptr<gloo::transport::Device> make_gloo_device(const std::string& master_host) {
+std::shared_ptr<gloo::transport::Device> make_gloo_device(const std::string& master_host,
+                                                          const CommOptions& options) {
   gloo::transport::tcp::attr attr;
-  auto iface = env::get("DDP_SOCKET_IFNAME");
-  if (!iface) iface = env::get("GLOO_SOCKET_IFNAME");
+  const auto iface =
+      options.socket_ifname ? options.socket_ifname : settings::text(settings::kSocketIfname);
   std::string chosen;
   if (iface) {
     attr.iface = *iface;

@@ -1,0 +1,308 @@
+#pragma once
+// Every DDP_* setting, declared once: name, type, default, accepted values, who reads it and what
+// it does (the model is aws-ofi-nccl's nccl_ofi_param.h). The library and ddprun read their
+// settings only through this header, so a malformed value fails the same way wherever it is read;
+// `ddprun --print-settings` shows the values in effect and where each came from, and the README's
+// settings table is generated from kAll (`ddprun --print-settings=markdown`).
+//
+// The worker environment of torchrun's contract (RANK, WORLD_SIZE, MASTER_ADDR, ...) is not a
+// setting: ddp/env.h reads it.
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ddp::settings {
+
+enum class Type {
+  kInteger,
+  kBytes,    // an integer count of bytes
+  kBoolean,  // 1/0, true/false, yes/no, on/off
+  kChoice,   // one of `choices`
+  kText,
+};
+
+struct Setting {
+  const char* name;
+  Type type;
+  // The value in effect when the variable is unset, as the table shows it.
+  const char* default_text;
+  // kInteger and kBytes: the accepted range.
+  long min_value;
+  long max_value;
+  // kChoice: the accepted spellings, separated by '|'.
+  const char* choices;
+  // Another variable read when this one is unset ("" for none), e.g. GLOO_SOCKET_IFNAME.
+  const char* fallback;
+  // Who reads it: "library" (every program built on ddp::ddp, in the worker), "ddprun", "tests".
+  const char* read_by;
+  const char* doc;
+};
+
+constexpr long kKiB = 1L << 10;
+constexpr long kMiB = 1L << 20;
+constexpr long kGiB = 1L << 30;
+
+// --- The communicator --------------------------------------------------------------------------
+inline constexpr Setting kBackend{
+    "DDP_BACKEND",
+    Type::kChoice,
+    "gloo",
+    0,
+    0,
+    "gloo|fabric",
+    "",
+    "library",
+    "The communicator backend of init_process_group (fabric only in builds with libfabric)."};
+inline constexpr Setting kTimeoutSec{
+    "DDP_TIMEOUT_SEC",
+    Type::kInteger,
+    "1800",
+    1,
+    7 * 24 * 3600,
+    "",
+    "",
+    "library",
+    "Bound in seconds on every collective and on joining the group; a peer that does not take "
+    "part within it fails the op."};
+inline constexpr Setting kSocketIfname{
+    "DDP_SOCKET_IFNAME",
+    Type::kText,
+    "the address that routes to MASTER_ADDR",
+    0,
+    0,
+    "",
+    "GLOO_SOCKET_IFNAME",
+    "library",
+    "The network interface the gloo backend listens on, and fabric's tcp provider binds to "
+    "(unless FI_TCP_IFACE is set)."};
+inline constexpr Setting kFabricProvider{
+    "DDP_FABRIC_PROVIDER",
+    Type::kText,
+    "efa where present, else shm on one host, else tcp;ofi_rxm",
+    0,
+    0,
+    "",
+    "FI_PROVIDER",
+    "library",
+    "The libfabric provider of the fabric backend (efa, shm, tcp;ofi_rxm, ...)."};
+inline constexpr Setting kCollectives{
+    "DDP_COLLECTIVES",
+    Type::kChoice,
+    "auto",
+    0,
+    0,
+    "auto|flat|hierarchical",
+    "",
+    "library",
+    "Hierarchical collectives (inside each node, then across nodes) or flat ones over all ranks; "
+    "auto takes hierarchical ones on even nodes of more than one rank."};
+
+// --- The collective algorithms (one set for every transport) ------------------------------------
+inline constexpr Setting kAlgorithm{
+    "DDP_ALGORITHM",
+    Type::kChoice,
+    "auto",
+    0,
+    0,
+    "auto|direct|ring|recursive_doubling",
+    "",
+    "library",
+    "The allreduce algorithm; direct takes one round wherever the transport's round carries the "
+    "payload, auto's choice elsewhere."};
+inline constexpr Setting kDirectBytes{
+    "DDP_DIRECT_BYTES",
+    Type::kBytes,
+    "per transport (gloo 1 MiB, fabric 0)",
+    0,
+    16 * kMiB,
+    "",
+    "",
+    "library",
+    "A collective whose payload times the peer count is below this takes one round, where every "
+    "rank sends its payload to every other; 0: never."};
+inline constexpr Setting kRingThreshold{
+    "DDP_RING_THRESHOLD",
+    Type::kBytes,
+    "per transport (gloo 0, fabric 64-512 KiB)",
+    0,
+    kGiB,
+    "",
+    "",
+    "library",
+    "Payloads of at least this many bytes take the bandwidth-optimal ring (the pipelined chain for "
+    "broadcasts), smaller ones recursive doubling."};
+inline constexpr Setting kChunkBytes{"DDP_CHUNK_BYTES",
+                                     Type::kBytes,
+                                     "per transport (gloo 4 MiB, fabric 256-512 KiB)",
+                                     64,
+                                     kGiB,
+                                     "",
+                                     "",
+                                     "library",
+                                     "The pipeline unit of the ring and the chain."};
+inline constexpr Setting kPipelineDepth{
+    "DDP_PIPELINE_DEPTH",
+    Type::kInteger,
+    "per transport (fabric on shm and tcp 2, else 4)",
+    1,
+    64,
+    "",
+    "",
+    "library",
+    "Receives the ring keeps posted at once, the one being waited for included."};
+inline constexpr Setting kRingOrder{
+    "DDP_RING_ORDER",
+    Type::kChoice,
+    "wavefront",
+    0,
+    0,
+    "wavefront|step",
+    "",
+    "library",
+    "The order in which the ring takes its incoming chunks; ranks must agree."};
+inline constexpr Setting kHierarchySliceBytes{
+    "DDP_HIERARCHY_SLICE_BYTES",
+    Type::kBytes,
+    "per transport (gloo 64 KiB + 1, fabric 8 KiB)",
+    0,
+    kGiB,
+    "",
+    "",
+    "library",
+    "From this payload up a hierarchical allreduce sends each local rank's slice across nodes; "
+    "below it every local rank sends the whole node-reduced buffer."};
+
+// --- The rendezvous store ----------------------------------------------------------------------
+inline constexpr Setting kStoreProtocol{
+    "DDP_STORE_PROTOCOL",
+    Type::kChoice,
+    "auto",
+    0,
+    0,
+    "auto|legacy|modern",
+    "",
+    "library",
+    "The c10d store protocol of the client: legacy (PyTorch 1.13/2.0), modern (2.1 and later) or "
+    "auto (asks the server)."};
+
+// --- Kernels and logging -----------------------------------------------------------------------
+inline constexpr Setting kIsa{
+    "DDP_ISA",
+    Type::kChoice,
+    "the widest this CPU runs",
+    0,
+    0,
+    "baseline|avx2|avx512",
+    "",
+    "library",
+    "The widest instruction set the reduction and activation kernels may use; a set this build or "
+    "CPU lacks is an error."};
+inline constexpr Setting kLogLevel{"DDP_LOG_LEVEL",
+                                   Type::kChoice,
+                                   "info",
+                                   0,
+                                   0,
+                                   "trace|debug|info|warn|error|critical|off",
+                                   "",
+                                   "library, ddprun",
+                                   "The level of the one logger of the library and ddprun."};
+
+// --- The launcher ------------------------------------------------------------------------------
+inline constexpr Setting kNnodes{
+    "DDP_NNODES",
+    Type::kText,
+    "none (--nnodes, PET_NNODES, or the Kubernetes job)",
+    0,
+    0,
+    "",
+    "",
+    "ddprun",
+    "The node count, N or MIN:MAX, where neither --nnodes nor PET_NNODES gives it (e.g. an "
+    "Indexed Job's manifest)."};
+
+// --- Test hooks (never needed in production) ----------------------------------------------------
+inline constexpr Setting kTestHostId{
+    "DDP_TEST_HOST_ID",
+    Type::kText,
+    "none (the host's identity)",
+    0,
+    0,
+    "",
+    "",
+    "tests",
+    "Makes the processes of one host pose as a node of that name, to test multi-node topologies."};
+inline constexpr Setting kTestCpuBf16{
+    "DDP_TEST_CPU_BF16",
+    Type::kBoolean,
+    "none (the CPU's answer)",
+    0,
+    0,
+    "",
+    "",
+    "tests",
+    "Fakes whether the CPU computes bfloat16 natively (the --bf16 fallback)."};
+
+// Every setting, in the order of the table.
+const std::vector<const Setting*>& all();
+
+// Names of earlier releases, refused with their successor's name.
+struct Replaced {
+  const char* old_name;
+  const char* successor;
+};
+const std::vector<Replaced>& replaced();
+// ConfigError if any of them is set, naming its successor.
+void refuse_replaced();
+
+// The variable's value (or its fallback's), nullopt when both are unset or empty.
+std::optional<std::string> text(const Setting& setting);
+// A kInteger/kBytes setting, checked against its range; nullopt when unset. ConfigError names the
+// variable, the value and the range.
+std::optional<long> integer(const Setting& setting);
+// A kBoolean setting; nullopt when unset.
+std::optional<bool> boolean(const Setting& setting);
+// A kChoice setting's spelling, checked against its choices; nullopt when unset.
+std::optional<std::string> spelling(const Setting& setting);
+
+// A kChoice setting mapped to `T`: `mapping` pairs each of the setting's spellings with its value.
+template <typename T>
+std::optional<T> choice(const Setting& setting,
+                        std::initializer_list<std::pair<const char*, T>> mapping);
+
+// ConfigError for the first malformed setting or replaced name in the environment: programs call
+// it at start, so that a bad value fails before any work (even one read only later, or only by
+// another backend).
+void validate_all();
+
+// Where a setting's value comes from, and what it is.
+struct Effective {
+  const Setting* setting;
+  std::string value;   // as set, or the default's text
+  std::string source;  // "environment", "GLOO_SOCKET_IFNAME" (a fallback) or "default"
+  std::string error;   // the ConfigError's text, for a malformed value
+};
+std::vector<Effective> effective();
+
+// The README's table of every setting (Markdown).
+std::string markdown_table();
+// What `ddprun --print-settings` prints: each setting's value in effect and its source.
+std::string effective_table();
+
+namespace detail {
+[[noreturn]] void unmapped_spelling(const Setting& setting, const std::string& spelling);
+}
+
+template <typename T>
+std::optional<T> choice(const Setting& setting,
+                        std::initializer_list<std::pair<const char*, T>> mapping) {
+  const auto value = spelling(setting);
+  if (!value) return std::nullopt;
+  for (const auto& [name, mapped] : mapping) {
+    if (*value == name) return mapped;
+  }
+  detail::unmapped_spelling(setting, *value);
+}
+
+}  // namespace ddp::settings
