@@ -15,6 +15,7 @@
 #include "ddp/error.h"
 #include "ddp/store.h"
 #include "multiprocess.h"
+#include "scoped_env.h"
 
 #include <ATen/ATen.h>
 
@@ -49,6 +50,23 @@ TEST(Factory, SingleRankCommunicatorWorksWithoutPeers) {
     EXPECT_EQ(v, (std::vector<float>{1, 2, 3})) << backend;
     EXPECT_STREQ(comm->backend_name(), backend.c_str());
   }
+}
+
+// CommOptions::socket_ifname wins over DDP_SOCKET_IFNAME: an interface that does not exist fails
+// the construction naming it, although the variable names one that does.
+TEST(Factory, TheInterfaceSetInCodeWinsOverTheEnvironment) {
+  testing::ScopedEnv lo("DDP_SOCKET_IFNAME", "lo");
+  auto store = Store::host(0, std::chrono::seconds(5));
+  CommOptions options;
+  options.socket_ifname = "ddp-no-such-if";
+  try {
+    create_communicator("gloo", store->with_prefix("code"), 0, 1, options);
+    FAIL() << "gloo listened on an interface that does not exist";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("interface ddp-no-such-if"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(create_communicator("gloo", store->with_prefix("env"), 0, 1));
 }
 
 // Run only by the test below, in a process of its own (the kernels are chosen once per process):

@@ -52,6 +52,22 @@ TEST(ChooseProvider, ExplicitSettingsWinInOrder) {
   EXPECT_EQ(choose_provider(std::nullopt, "tcp", true, 3, 8).reason, "set by FI_PROVIDER");
 }
 
+// CommOptions::fabric_provider wins over both variables; the EFA probe does not run.
+TEST(ChooseProvider, TheProviderSetInCodeWinsOverTheEnvironment) {
+  ScopedEnv ddp_provider("DDP_FABRIC_PROVIDER", "shm");
+  ScopedEnv fi_provider("FI_PROVIDER", "efa");
+  bool probed = false;
+  const auto probe = [&] {
+    probed = true;
+    return true;
+  };
+  const auto chosen = choose_provider_from_env(probe, 2, 4, "", std::string("tcp;ofi_rxm"));
+  EXPECT_EQ(chosen.provider, "tcp;ofi_rxm");
+  EXPECT_EQ(chosen.reason, "set by CommOptions::fabric_provider");
+  EXPECT_EQ(choose_provider_from_env(probe, 2, 4, "").provider, "shm");
+  EXPECT_FALSE(probed);
+}
+
 TEST(ChooseProvider, FiProviderFiltersAreNotAChoice) {
   EXPECT_EQ(choose_provider(std::nullopt, "^efa", false, 1, 2).provider, "shm");
   EXPECT_EQ(choose_provider(std::nullopt, "tcp,shm", false, 2, 2).provider, "tcp;ofi_rxm");
