@@ -119,287 +119,384 @@ Trainer::Trainer(Communicator& comm, std::shared_ptr<models::Classifier> model,
 
 Trainer::~Trainer() = default;
 
-TrainResult Trainer::fit() {
-  const auto fit_start = Clock::now();
-  const int rank = comm_.rank();
-  const int world = comm_.size();
-  if (options_.tune_malloc) keep_freed_memory_for_reuse();
-  if (options_.handle_signals) install_stop_signal_handlers();
-  MetricsLog metrics;
-  if (rank == 0 && !options_.metrics_path.empty()) metrics = MetricsLog(options_.metrics_path);
+namespace {
 
+// One call of Trainer::fit: the run's state, and its steps in the order they run. Each method
+// is one concern: resuming, one step, the progress line, an epoch's end, a checkpoint, the end.
+class FitRun {
+ public:
+  FitRun(Communicator& comm, std::shared_ptr<models::Classifier> model,
+         const data::ImageDataset& train_set, const data::ImageDataset& test_set,
+         const TrainerOptions& options);
+  TrainResult run();
+
+ private:
+  // The figures of the epoch in progress.
+  struct EpochStats {
+    Clock::time_point start = Clock::now();
+    Clock::time_point window_start = start;
+    int64_t window_steps = 0;
+    double loss_sum = 0;
+    int64_t loss_count = 0;
+    double comm_wait = 0;
+    double data_wait_before = 0;
+  };
+
+  static data::DataLoader make_loader(const data::ImageDataset& train_set,
+                                      const TrainerOptions& options, int world, int rank);
+  // From the newest valid checkpoint, which every rank agrees on; every rank loads it or the
+  // run fails on all of them.
+  void resume();
+  // DDP over the model, channels-last weights where asked for, the metrics' start record.
+  void prepare();
+  // Trains the started epoch until it ends, the step limit, or a stop everyone voted for.
+  // Returns whether the epoch ran to its end (and the run goes on to evaluate it).
+  bool train_epoch(EpochStats& stats);
+  // One step, with the stop vote in flight beside it; returns the loss.
+  double step(const data::Batch& batch);
+  void log_progress(EpochStats& stats, double loss);
+  // The epoch's summary, its checkpoint, evaluation and metrics record.
+  void end_epoch(const EpochStats& stats);
+  // A checkpoint of the current step (once per step), written by rank 0.
+  void save_checkpoint(int64_t at_epoch, int64_t at_batch);
+  // Preemption or the final checkpoint, and the end record.
+  TrainResult finish();
+
+  Communicator& comm_;
+  std::shared_ptr<models::Classifier> model_;
+  const data::ImageDataset& train_set_;
+  const data::ImageDataset& test_set_;
+  const TrainerOptions& options_;
+  const Clock::time_point fit_start_ = Clock::now();
+  const int rank_;
+  const int world_;
+  const int64_t batch_images_;
+  MetricsLog metrics_;
+  data::DataLoader loader_;
+  const int64_t steps_per_epoch_;
+  const int64_t planned_steps_;
+  const int64_t last_step_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  const LrSchedule schedule_;
+  CheckpointDirectory checkpoints_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  bool has_buffers_ = false;
+  bool bf16_ = false;
+  EvalOptions eval_options_;
+
+  TrainResult result_;
+  int64_t epoch_ = 0;
+  int64_t batch_in_epoch_ = 0;
+  int64_t global_step_ = 0;
+  int64_t last_checkpoint_step_ = -1;  // the step of the last checkpoint; -1: none yet
+  std::vector<int64_t> stop_flag_{0};
+  bool first_step_done_ = false;
+  bool stopping_ = false;
+};
+
+FitRun::FitRun(Communicator& comm, std::shared_ptr<models::Classifier> model,
+               const data::ImageDataset& train_set, const data::ImageDataset& test_set,
+               const TrainerOptions& options)
+    : comm_(comm),
+      model_(std::move(model)),
+      train_set_(train_set),
+      test_set_(test_set),
+      options_(options),
+      rank_(comm.rank()),
+      world_(comm.size()),
+      batch_images_(options.data.batch_size * comm.size()),
+      loader_(make_loader(train_set, options, comm.size(), comm.rank())),
+      steps_per_epoch_(loader_.batches_per_epoch()),
+      planned_steps_(options.epochs * steps_per_epoch_),
+      last_step_(options.max_steps > 0 ? std::min(options.max_steps, planned_steps_)
+                                       : planned_steps_),
+      optimizer_(make_optimizer(model_->parameters(), options.optimizer)),
+      schedule_(options.optimizer.lr, planned_steps_, steps_per_epoch_, options.schedule),
+      checkpoints_(options.checkpoint_dir, options.keep_checkpoints) {
+  if (rank_ == 0 && !options_.metrics_path.empty()) metrics_ = MetricsLog(options_.metrics_path);
+  seed_rng(data::mix_seed(options_.seed, 0x5eed, static_cast<uint64_t>(rank_)));
+}
+
+data::DataLoader FitRun::make_loader(const data::ImageDataset& train_set,
+                                     const TrainerOptions& options, int world, int rank) {
   data::SamplerOptions sampling;
-  sampling.seed = options_.seed;
-  data::LoaderOptions loading = options_.data;
-  loading.seed = options_.seed;
-  data::DataLoader loader(
-      train_set_, data::DistributedSampler(train_set_.size(), world, rank, sampling), loading);
-  const int64_t steps_per_epoch = loader.batches_per_epoch();
-  const int64_t planned_steps = options_.epochs * steps_per_epoch;
-  const int64_t last_step =
-      options_.max_steps > 0 ? std::min(options_.max_steps, planned_steps) : planned_steps;
+  sampling.seed = options.seed;
+  data::LoaderOptions loading = options.data;
+  loading.seed = options.seed;
+  return data::DataLoader(
+      train_set, data::DistributedSampler(train_set.size(), world, rank, sampling), loading);
+}
 
-  auto optimizer = make_optimizer(model_->parameters(), options_.optimizer);
-  const LrSchedule schedule(options_.optimizer.lr, planned_steps, steps_per_epoch,
-                            options_.schedule);
-  seed_rng(data::mix_seed(options_.seed, 0x5eed, static_cast<uint64_t>(rank)));
-
-  TrainResult result;
-  int64_t epoch = 0;
-  int64_t batch_in_epoch = 0;
-  int64_t global_step = 0;
-  CheckpointDirectory checkpoints(options_.checkpoint_dir, options_.keep_checkpoints);
-
-  if (!options_.checkpoint_dir.empty() && options_.resume) {
-    std::string chosen;
-    if (rank == 0) chosen = checkpoints.latest_valid().value_or("");
-    chosen = broadcast_string(comm_, chosen);
-    if (!chosen.empty()) {
-      std::exception_ptr failure;
-      Checkpoint loaded;
-      try {
-        loaded = load_checkpoint(chosen, model_.get(), optimizer.get());
-        if (!same_architecture(loaded.meta.model, model_->spec())) {
-          throw ConfigError(chosen + " holds a '" + loaded.meta.model.name +
-                            "' model, but this run trains '" + model_->spec().name +
-                            "'; use another checkpoint directory");
-        }
-      } catch (...) {
-        failure = std::current_exception();
-      }
-      if (any_rank(comm_, failure != nullptr)) {
-        if (failure) std::rethrow_exception(failure);
-        throw DataError(chosen, "another rank could not load this checkpoint (see its error)");
-      }
-      const CheckpointMeta& meta = loaded.meta;
-      epoch = meta.epoch;
-      batch_in_epoch = meta.batch_in_epoch;
-      global_step = meta.global_step;
-      if (batch_in_epoch >= steps_per_epoch) {
-        ++epoch;
-        batch_in_epoch = 0;
-      }
-      if (meta.world_size == world && loaded.rng_states.defined() &&
-          loaded.rng_states.size(0) == world) {
-        set_rng_state(loaded.rng_states[rank].contiguous());
-      } else {
-        log::warn(
-            "checkpoint was written by {} ranks, this run has {}: data order and dropout "
-            "continue from a fresh stream",
-            meta.world_size, world);
-        seed_rng(data::mix_seed(options_.seed, 0x5eed, static_cast<uint64_t>(rank),
-                                static_cast<uint64_t>(global_step)));
-      }
-      result.resumed_from_step = global_step;
-      if (rank == 0) {
-        log::info("resumed from {} (epoch {}, batch {}, step {})", chosen, epoch + 1,
-                  batch_in_epoch, global_step);
-      }
+TrainResult FitRun::run() {
+  if (!options_.checkpoint_dir.empty() && options_.resume) resume();
+  prepare();
+  while (epoch_ < options_.epochs && !stopping_ && global_step_ < last_step_) {
+    loader_.start_epoch(epoch_, batch_in_epoch_);
+    EpochStats stats;
+    stats.data_wait_before = loader_.stats().wait_seconds;
+    if (!train_epoch(stats)) {
+      save_checkpoint(epoch_, batch_in_epoch_);
+      break;
     }
+    end_epoch(stats);
   }
+  return finish();
+}
 
+void FitRun::resume() {
+  std::string chosen;
+  if (rank_ == 0) chosen = checkpoints_.latest_valid().value_or("");
+  chosen = broadcast_string(comm_, chosen);
+  if (chosen.empty()) return;
+  std::exception_ptr failure;
+  Checkpoint loaded;
+  try {
+    loaded = load_checkpoint(chosen, model_.get(), optimizer_.get());
+    if (!same_architecture(loaded.meta.model, model_->spec())) {
+      throw ConfigError(chosen + " holds a '" + loaded.meta.model.name +
+                        "' model, but this run trains '" + model_->spec().name +
+                        "'; use another checkpoint directory");
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  if (any_rank(comm_, failure != nullptr)) {
+    if (failure) std::rethrow_exception(failure);
+    throw DataError(chosen, "another rank could not load this checkpoint (see its error)");
+  }
+  const CheckpointMeta& meta = loaded.meta;
+  epoch_ = meta.epoch;
+  batch_in_epoch_ = meta.batch_in_epoch;
+  global_step_ = meta.global_step;
+  if (batch_in_epoch_ >= steps_per_epoch_) {
+    ++epoch_;
+    batch_in_epoch_ = 0;
+  }
+  if (meta.world_size == world_ && loaded.rng_states.defined() &&
+      loaded.rng_states.size(0) == world_) {
+    set_rng_state(loaded.rng_states[rank_].contiguous());
+  } else {
+    log::warn(
+        "checkpoint was written by {} ranks, this run has {}: data order and dropout "
+        "continue from a fresh stream",
+        meta.world_size, world_);
+    seed_rng(data::mix_seed(options_.seed, 0x5eed, static_cast<uint64_t>(rank_),
+                            static_cast<uint64_t>(global_step_)));
+  }
+  result_.resumed_from_step = global_step_;
+  last_checkpoint_step_ = global_step_;
+  if (rank_ == 0) {
+    log::info("resumed from {} (epoch {}, batch {}, step {})", chosen, epoch_ + 1, batch_in_epoch_,
+              global_step_);
+  }
+}
+
+void FitRun::prepare() {
   if (options_.data.transform.channels_last) {
     c10::AutoGradMode no_grad(false);
     for (auto& p : model_->parameters()) {
       if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
     }
   }
-  DistributedDataParallel ddp(model_, comm_, options_.ddp);
-  const bool has_buffers = !model_->buffers().empty();
+  ddp_ = std::make_unique<DistributedDataParallel>(model_, comm_, options_.ddp);
+  has_buffers_ = !model_->buffers().empty();
   model_->train();
 
   // Falls back to float32, with a warning, on a CPU without native bfloat16.
-  const bool bf16 = detail::bf16_autocast_enabled(options_.bf16);
-  EvalOptions eval_options;
-  eval_options.batch_size = options_.eval_batch_size;
-  eval_options.transform = options_.data.transform;
-  eval_options.bf16 = bf16;
+  bf16_ = detail::bf16_autocast_enabled(options_.bf16);
+  eval_options_.batch_size = options_.eval_batch_size;
+  eval_options_.transform = options_.data.transform;
+  eval_options_.bf16 = bf16_;
 
-  metrics.write("start", {{"world_size", int64_t{world}},
-                          {"model", model_->spec().name},
-                          {"batch_size_per_rank", options_.data.batch_size},
-                          {"steps_per_epoch", steps_per_epoch},
-                          {"epochs", options_.epochs},
-                          {"start_step", global_step},
-                          {"bf16", bf16},
-                          {"bf16_requested", options_.bf16},
-                          {"seconds_since_process_start", seconds_since_process_start()}});
+  metrics_.write("start", {{"world_size", int64_t{world_}},
+                           {"model", model_->spec().name},
+                           {"batch_size_per_rank", options_.data.batch_size},
+                           {"steps_per_epoch", steps_per_epoch_},
+                           {"epochs", options_.epochs},
+                           {"start_step", global_step_},
+                           {"bf16", bf16_},
+                           {"bf16_requested", options_.bf16},
+                           {"seconds_since_process_start", seconds_since_process_start()}});
+}
 
-  int64_t last_checkpoint_step = result.resumed_from_step;
-  auto save_checkpoint = [&](int64_t at_epoch, int64_t at_batch) {
-    if (options_.checkpoint_dir.empty() || last_checkpoint_step == global_step) return;
-    const auto start = Clock::now();
-    Checkpoint checkpoint;
-    checkpoint.meta.model = model_->spec();
-    checkpoint.meta.class_names = train_set_.class_names;
-    checkpoint.meta.epoch = at_epoch;
-    checkpoint.meta.batch_in_epoch = at_batch;
-    checkpoint.meta.global_step = global_step;
-    checkpoint.meta.world_size = world;
-    checkpoint.meta.seed = options_.seed;
-    checkpoint.rng_states = gather_rng_states(comm_);
-    last_checkpoint_step = global_step;
-    if (rank != 0) return;
-    const std::string path =
-        checkpoints.save(global_step, serialize_checkpoint(checkpoint, *model_, optimizer.get()));
-    const double seconds = seconds_between(start, Clock::now());
-    log::info("checkpoint {} ({:.2f} s)", path, seconds);
-    metrics.write("checkpoint", {{"path", path}, {"step", global_step}, {"seconds", seconds}});
-  };
+bool FitRun::train_epoch(EpochStats& stats) {
+  while (global_step_ < last_step_) {
+    std::optional<data::Batch> batch = loader_.next();
+    if (!batch) break;
+    const double loss = step(*batch);
+    stats.loss_sum += loss;
+    ++stats.loss_count;
+    ++stats.window_steps;
+    stats.comm_wait += ddp_->last_backward().wait_seconds;
 
-  std::vector<int64_t> stop_flag{0};
-  bool first_step_done = false;
-  bool stopping = false;
-  const int64_t batch_images = options_.data.batch_size * world;
-
-  while (epoch < options_.epochs && !stopping && global_step < last_step) {
-    loader.start_epoch(epoch, batch_in_epoch);
-    const auto epoch_start = Clock::now();
-    auto window_start = epoch_start;
-    int64_t window_steps = 0;
-    double loss_sum = 0;
-    int64_t loss_count = 0;
-    double comm_wait = 0;
-    const double data_wait_before = loader.stats().wait_seconds;
-
-    while (global_step < last_step) {
-      std::optional<data::Batch> batch = loader.next();
-      if (!batch) break;
-      // Agree on stopping while this step computes: every rank leaves after the same step.
-      stop_flag[0] = stop_requested() ? 1 : 0;
-      Work stop_vote = comm_.allreduce_async(stop_flag, ReduceOp::kMax);
-      // The vote writes into stop_flag: never leave this scope (even by an exception) before
-      // it completes.
-      struct WaitForVote {
-        Work& work;
-        ~WaitForVote() {
-          try {
-            work.wait();
-          } catch (...) {
-          }
-        }
-      } wait_for_vote{stop_vote};
-
-      set_learning_rate(*optimizer, schedule.at(global_step));
-      if (has_buffers) ddp.sync_buffers();
-      optimizer->zero_grad();
-      at::Tensor logits;
-      {
-        detail::AutocastScope autocast(bf16);
-        logits = model_->forward(batch->images);
-      }
-      at::Tensor loss = torch::nn::functional::cross_entropy(logits.to(at::kFloat), batch->labels);
-      loss.backward();
-      optimizer->step();
-      ++global_step;
-      ++batch_in_epoch;
-      ++window_steps;
-      const double loss_value = loss.item<double>();
-      loss_sum += loss_value;
-      ++loss_count;
-      comm_wait += ddp.last_backward().wait_seconds;
-      stop_vote.wait();
-      stopping = stop_flag[0] != 0;
-
-      if (!first_step_done) {
-        first_step_done = true;
-        const double since_start = seconds_since_process_start();
-        if (rank == 0) log::info("first step done {:.3f} s after process start", since_start);
-        metrics.write("first_step", {{"seconds_since_process_start", since_start},
-                                     {"seconds_in_fit", seconds_between(fit_start, Clock::now())}});
-      }
-      if (rank == 0 && options_.log_every > 0 && global_step % options_.log_every == 0) {
-        const auto now = Clock::now();
-        const double window = seconds_between(window_start, now);
-        const double rate = static_cast<double>(window_steps * batch_images) / window;
-        const double eta = window / static_cast<double>(window_steps) *
-                           static_cast<double>(last_step - global_step);
-        log::info("epoch {}/{} step {}/{} loss {:.4f} lr {:.4g} {:.0f} img/s ETA {}", epoch + 1,
-                  options_.epochs, batch_in_epoch, steps_per_epoch, loss_value,
-                  schedule.at(global_step - 1), rate, format_duration(eta));
-        metrics.write("step", {{"step", global_step},
-                               {"epoch", epoch},
-                               {"loss", loss_value},
-                               {"lr", schedule.at(global_step - 1)},
-                               {"images_per_second", rate},
-                               {"step_seconds", window / static_cast<double>(window_steps)}});
-        window_start = now;
-        window_steps = 0;
-      }
-      if (stopping) break;
-      if (options_.checkpoint_every > 0 && global_step % options_.checkpoint_every == 0) {
-        save_checkpoint(epoch, batch_in_epoch);
-      }
+    if (!first_step_done_) {
+      first_step_done_ = true;
+      const double since_start = seconds_since_process_start();
+      if (rank_ == 0) log::info("first step done {:.3f} s after process start", since_start);
+      metrics_.write("first_step", {{"seconds_since_process_start", since_start},
+                                    {"seconds_in_fit", seconds_between(fit_start_, Clock::now())}});
     }
-
-    const double train_seconds = seconds_between(epoch_start, Clock::now());
-    const bool epoch_done = batch_in_epoch >= steps_per_epoch;
-    if (stopping || !epoch_done) {
-      save_checkpoint(epoch, batch_in_epoch);
-      break;
+    if (rank_ == 0 && options_.log_every > 0 && global_step_ % options_.log_every == 0) {
+      log_progress(stats, loss);
     }
-
-    EpochSummary summary;
-    summary.epoch = epoch;
-    summary.seconds = train_seconds;
-    summary.train_loss = loss_count ? loss_sum / static_cast<double>(loss_count) : 0;
-    summary.images_per_second = static_cast<double>(loss_count * batch_images) / train_seconds;
-    ++epoch;
-    batch_in_epoch = 0;
-    save_checkpoint(epoch, 0);
-
-    double eval_seconds = 0;
-    if (options_.evaluate_each_epoch && test_set_.size() > 0) {
-      const auto eval_start = Clock::now();
-      if (has_buffers) ddp.sync_buffers();
-      summary.eval = evaluate(*model_, test_set_, eval_options, &comm_);
-      summary.evaluated = true;
-      eval_seconds = seconds_between(eval_start, Clock::now());
-      if (rank == 0) {
-        log::info(
-            "epoch {}/{}: train loss {:.4f}, {:.0f} img/s; test accuracy {:.2f}% (loss "
-            "{:.4f}, {:.1f} s)",
-            epoch, options_.epochs, summary.train_loss, summary.images_per_second,
-            100.0 * summary.eval.accuracy(), summary.eval.mean_loss(), eval_seconds);
-      }
+    if (stopping_) break;
+    if (options_.checkpoint_every > 0 && global_step_ % options_.checkpoint_every == 0) {
+      save_checkpoint(epoch_, batch_in_epoch_);
     }
-    metrics.write("epoch", {{"epoch", epoch},
-                            {"step", global_step},
-                            {"train_loss", summary.train_loss},
-                            {"images_per_second", summary.images_per_second},
-                            {"train_seconds", train_seconds},
-                            {"eval_seconds", eval_seconds},
-                            {"test_accuracy", summary.evaluated ? summary.eval.accuracy() : -1.0},
-                            {"test_loss", summary.evaluated ? summary.eval.mean_loss() : -1.0},
-                            {"data_wait_seconds", loader.stats().wait_seconds - data_wait_before},
-                            {"comm_wait_seconds", comm_wait},
-                            {"elapsed_seconds", seconds_between(fit_start, Clock::now())}});
-    result.epochs.push_back(std::move(summary));
-    // A signal during evaluation stops here, after the epoch's checkpoint.
-    stopping = any_rank(comm_, stop_requested());
   }
+  return !stopping_ && batch_in_epoch_ >= steps_per_epoch_;
+}
 
-  if (stopping && global_step < last_step) {
-    result.status = TrainStatus::kPreempted;
-    if (rank == 0) {
+double FitRun::step(const data::Batch& batch) {
+  // Agree on stopping while this step computes: every rank leaves after the same step.
+  stop_flag_[0] = stop_requested() ? 1 : 0;
+  Work stop_vote = comm_.allreduce_async(stop_flag_, ReduceOp::kMax);
+  // The vote writes into stop_flag_: never leave this scope (even by an exception) before it
+  // completes.
+  struct WaitForVote {
+    Work& work;
+    ~WaitForVote() {
+      try {
+        work.wait();
+      } catch (...) {
+      }
+    }
+  } wait_for_vote{stop_vote};
+
+  set_learning_rate(*optimizer_, schedule_.at(global_step_));
+  if (has_buffers_) ddp_->sync_buffers();
+  optimizer_->zero_grad();
+  at::Tensor logits;
+  {
+    detail::AutocastScope autocast(bf16_);
+    logits = model_->forward(batch.images);
+  }
+  at::Tensor loss = torch::nn::functional::cross_entropy(logits.to(at::kFloat), batch.labels);
+  loss.backward();
+  optimizer_->step();
+  ++global_step_;
+  ++batch_in_epoch_;
+  const double loss_value = loss.item<double>();
+  stop_vote.wait();
+  stopping_ = stop_flag_[0] != 0;
+  return loss_value;
+}
+
+void FitRun::log_progress(EpochStats& stats, double loss) {
+  const auto now = Clock::now();
+  const double window = seconds_between(stats.window_start, now);
+  const double rate = static_cast<double>(stats.window_steps * batch_images_) / window;
+  const double eta = window / static_cast<double>(stats.window_steps) *
+                     static_cast<double>(last_step_ - global_step_);
+  log::info("epoch {}/{} step {}/{} loss {:.4f} lr {:.4g} {:.0f} img/s ETA {}", epoch_ + 1,
+            options_.epochs, batch_in_epoch_, steps_per_epoch_, loss,
+            schedule_.at(global_step_ - 1), rate, format_duration(eta));
+  metrics_.write("step", {{"step", global_step_},
+                          {"epoch", epoch_},
+                          {"loss", loss},
+                          {"lr", schedule_.at(global_step_ - 1)},
+                          {"images_per_second", rate},
+                          {"step_seconds", window / static_cast<double>(stats.window_steps)}});
+  stats.window_start = now;
+  stats.window_steps = 0;
+}
+
+void FitRun::end_epoch(const EpochStats& stats) {
+  const double train_seconds = seconds_between(stats.start, Clock::now());
+  EpochSummary summary;
+  summary.epoch = epoch_;
+  summary.seconds = train_seconds;
+  summary.train_loss =
+      stats.loss_count ? stats.loss_sum / static_cast<double>(stats.loss_count) : 0;
+  summary.images_per_second = static_cast<double>(stats.loss_count * batch_images_) / train_seconds;
+  ++epoch_;
+  batch_in_epoch_ = 0;
+  save_checkpoint(epoch_, 0);
+
+  double eval_seconds = 0;
+  if (options_.evaluate_each_epoch && test_set_.size() > 0) {
+    const auto eval_start = Clock::now();
+    if (has_buffers_) ddp_->sync_buffers();
+    summary.eval = evaluate(*model_, test_set_, eval_options_, &comm_);
+    summary.evaluated = true;
+    eval_seconds = seconds_between(eval_start, Clock::now());
+    if (rank_ == 0) {
+      log::info(
+          "epoch {}/{}: train loss {:.4f}, {:.0f} img/s; test accuracy {:.2f}% (loss "
+          "{:.4f}, {:.1f} s)",
+          epoch_, options_.epochs, summary.train_loss, summary.images_per_second,
+          100.0 * summary.eval.accuracy(), summary.eval.mean_loss(), eval_seconds);
+    }
+  }
+  metrics_.write("epoch",
+                 {{"epoch", epoch_},
+                  {"step", global_step_},
+                  {"train_loss", summary.train_loss},
+                  {"images_per_second", summary.images_per_second},
+                  {"train_seconds", train_seconds},
+                  {"eval_seconds", eval_seconds},
+                  {"test_accuracy", summary.evaluated ? summary.eval.accuracy() : -1.0},
+                  {"test_loss", summary.evaluated ? summary.eval.mean_loss() : -1.0},
+                  {"data_wait_seconds", loader_.stats().wait_seconds - stats.data_wait_before},
+                  {"comm_wait_seconds", stats.comm_wait},
+                  {"elapsed_seconds", seconds_between(fit_start_, Clock::now())}});
+  result_.epochs.push_back(std::move(summary));
+  // A signal during evaluation stops here, after the epoch's checkpoint.
+  stopping_ = any_rank(comm_, stop_requested());
+}
+
+void FitRun::save_checkpoint(int64_t at_epoch, int64_t at_batch) {
+  if (options_.checkpoint_dir.empty() || last_checkpoint_step_ == global_step_) return;
+  const auto start = Clock::now();
+  Checkpoint checkpoint;
+  checkpoint.meta.model = model_->spec();
+  checkpoint.meta.class_names = train_set_.class_names;
+  checkpoint.meta.epoch = at_epoch;
+  checkpoint.meta.batch_in_epoch = at_batch;
+  checkpoint.meta.global_step = global_step_;
+  checkpoint.meta.world_size = world_;
+  checkpoint.meta.seed = options_.seed;
+  checkpoint.rng_states = gather_rng_states(comm_);
+  last_checkpoint_step_ = global_step_;
+  if (rank_ != 0) return;
+  const std::string path =
+      checkpoints_.save(global_step_, serialize_checkpoint(checkpoint, *model_, optimizer_.get()));
+  const double seconds = seconds_between(start, Clock::now());
+  log::info("checkpoint {} ({:.2f} s)", path, seconds);
+  metrics_.write("checkpoint", {{"path", path}, {"step", global_step_}, {"seconds", seconds}});
+}
+
+TrainResult FitRun::finish() {
+  if (stopping_ && global_step_ < last_step_) {
+    result_.status = TrainStatus::kPreempted;
+    if (rank_ == 0) {
       log::warn("stopped by signal {} after step {}; the checkpoint resumes it",
-                stop_signal_number(), global_step);
+                stop_signal_number(), global_step_);
     }
   } else {
-    save_checkpoint(epoch, batch_in_epoch);
+    save_checkpoint(epoch_, batch_in_epoch_);
   }
-  result.global_step = global_step;
+  result_.global_step = global_step_;
 
   std::vector<double> mine{peak_rss_mib()};
-  std::vector<double> peaks(world);
+  std::vector<double> peaks(world_);
   comm_.allgather(mine, peaks);
-  metrics.write(
+  metrics_.write(
       "end", {{"status",
-               std::string(result.status == TrainStatus::kCompleted ? "completed" : "preempted")},
-              {"step", global_step},
-              {"elapsed_seconds", seconds_between(fit_start, Clock::now())},
+               std::string(result_.status == TrainStatus::kCompleted ? "completed" : "preempted")},
+              {"step", global_step_},
+              {"elapsed_seconds", seconds_between(fit_start_, Clock::now())},
               {"peak_rss_mib_per_rank", peaks}});
-  return result;
+  return result_;
+}
+
+}  // namespace
+
+TrainResult Trainer::fit() {
+  if (options_.tune_malloc) keep_freed_memory_for_reuse();
+  if (options_.handle_signals) install_stop_signal_handlers();
+  FitRun run(comm_, model_, train_set_, test_set_, options_);
+  return run.run();
 }
 
 }  // namespace ddp::train
