@@ -159,6 +159,20 @@ std::vector<Effective> effective() {
   return rows;
 }
 
+namespace {
+
+// A table cell: '|' would end it.
+std::string cell(const std::string& text) {
+  std::string escaped;
+  for (char c : text) {
+    if (c == '|') escaped += '\\';
+    escaped += c;
+  }
+  return escaped;
+}
+
+}  // namespace
+
 std::string markdown_table() {
   std::ostringstream out;
   out << "| Variable | Values | Default | Read by | What it does |\n";
@@ -166,11 +180,11 @@ std::string markdown_table() {
   for (const Setting* s : all()) {
     std::string doc = s->doc;
     if (*s->fallback != '\0') doc += " Unset, " + std::string(s->fallback) + " is read.";
-    out << "| `" << s->name << "` | " << type_text(*s) << " | " << s->default_text << " | "
-        << s->read_by << " | " << doc << " |\n";
+    out << "| `" << s->name << "` | " << cell(type_text(*s)) << " | " << cell(s->default_text)
+        << " | " << s->read_by << " | " << cell(doc) << " |\n";
   }
   for (const auto& [old_name, successor] : replaced()) {
-    out << "| `" << old_name << "` | refused | | | Replaced by " << successor << ". |\n";
+    out << "| `" << old_name << "` | refused | | | Replaced by " << cell(successor) << ". |\n";
   }
   return out.str();
 }

@@ -16,6 +16,7 @@
 #include "comm/fabric/fabric_info.h"
 #include "comm/fabric/host_identity.h"
 #include "comm/fabric/peer_liveness.h"
+#include "comm/fabric/proc_stat.h"
 #include "comm/fabric/provider_selection.h"
 #include "comm/fabric/shm_region_names.h"
 #include "ddp/error.h"
@@ -161,11 +162,18 @@ TEST(HostIdentity, CountsHostsAndLocalIndices) {
 
 TEST(PeerLiveness, SeesExitedAndZombieProcesses) {
   EXPECT_FALSE(process_exited(::getpid()));
+  EXPECT_FALSE(process_exiting(::getpid()));
   const pid_t child = ::fork();
   if (child == 0) _exit(0);
   // Unreaped, the child is a zombie: it counts as exited.
   for (int i = 0; i < 200 && !process_exited(child); ++i) ::usleep(5000);
   EXPECT_TRUE(process_exited(child));
+  // A zombie has been through the kernel's exit: PF_EXITING is read from field 9.
+  const auto stat = read_proc_stat(child);
+  ASSERT_TRUE(stat);
+  EXPECT_NE(stat->flags & 0x4, 0u) << "flags " << stat->flags;
+  EXPECT_EQ(read_proc_stat(::getpid())->flags & 0x4, 0u);
+  EXPECT_TRUE(process_exiting(child));
   PeerLiveness liveness({std::nullopt, ::getpid(), child});
   EXPECT_EQ(liveness.first_exited({true, true, true}), 2);
   EXPECT_EQ(liveness.first_exited({true, true, false}), std::nullopt);

@@ -111,6 +111,8 @@ inline constexpr Setting kAlgorithm{
     "library",
     "The allreduce algorithm; direct takes one round wherever the transport's round carries the "
     "payload, auto's choice elsewhere."};
+// At most 16 MiB: one round stops paying long before, and gloo keeps receive slots of this size
+// per level.
 inline constexpr Setting kDirectBytes{
     "DDP_DIRECT_BYTES",
     Type::kBytes,

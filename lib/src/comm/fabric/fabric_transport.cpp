@@ -555,7 +555,7 @@ void FabricTransport::probe_with_header(int peer) {
   // broadcast's root), where a tracked send would fail the op. Headers fit every local
   // provider's inject size (48 bytes; tcp;ofi_rxm injects 64).
   if (sizeof(CollectiveSignature) > inject_bytes_) return;
-  if (auto pid = liveness_.pid_of(peer); pid && process_exited(*pid)) return;
+  if (auto pid = liveness_.pid_of(peer); pid && process_exiting(*pid)) return;
   const CollectiveSignature& header = header_;
   const std::uint64_t bits = header_tag(rank_);
   fid_ep* ep = endpoint_->endpoint();
@@ -872,8 +872,9 @@ void FabricTransport::notify_peers(const std::string& reason) {
   for (int peer = 0; peer < size(); ++peer) {
     if (peer == rank_) continue;
     // A peer killed inside shm's critical section leaves its region locked: skip known-dead
-    // peers rather than wait for the stuck-call guard.
-    if (auto pid = liveness_.pid_of(peer); pid && process_exited(*pid)) continue;
+    // peers rather than wait for the stuck-call guard; and peers on their way out, whose
+    // connections ofi_rxm may be tearing down (sending on one crashed it).
+    if (auto pid = liveness_.pid_of(peer); pid && process_exiting(*pid)) continue;
     const fi_addr_t destination = peers_[peer];
     void* context = injected ? nullptr : &slots_[acquire(SlotKind::kSend, peer, 0, length)].context;
     for (;;) {

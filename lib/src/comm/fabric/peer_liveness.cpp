@@ -17,6 +17,15 @@ bool process_exited(pid_t pid) {
   return stat->state == 'Z' || stat->state == 'X';
 }
 
+bool process_exiting(pid_t pid) {
+  constexpr unsigned long kPfExiting = 0x4;  // include/linux/sched.h
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  bool gone = false;
+  const auto stat = read_proc_stat(pid, &gone);
+  if (!stat) return gone;
+  return stat->state == 'Z' || stat->state == 'X' || (stat->flags & kPfExiting) != 0;
+}
+
 std::optional<int> PeerLiveness::first_exited(const std::vector<bool>& candidates) const {
   for (std::size_t r = 0; r < pids_.size() && r < candidates.size(); ++r) {
     if (candidates[r] && pids_[r] && process_exited(*pids_[r])) return static_cast<int>(r);

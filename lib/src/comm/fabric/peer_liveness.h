@@ -26,5 +26,9 @@ class PeerLiveness {
 
 // True when `pid` no longer runs: gone, or a zombie not yet reaped by its parent.
 bool process_exited(pid_t pid);
+// process_exited, or on its way there: the kernel has begun its exit (PF_EXITING), and closes its
+// sockets before it becomes a zombie. Best-effort messages skip such peers: libfabric 1.17's
+// ofi_rxm can crash sending to a peer whose connection is being torn down.
+bool process_exiting(pid_t pid);
 
 }  // namespace ddp::detail::fabric

@@ -40,8 +40,10 @@ std::optional<ProcStat> read_proc_stat(pid_t pid, bool* gone) {
   stat.state = text[close + 2];
   std::istringstream fields(text.substr(close + 2));
   std::string field;
-  // Fields 3 (state) ... 21, then 22 (starttime).
-  for (int i = 0; i < 19; ++i) fields >> field;
+  // Fields 3 (state) ... 8, 9 (flags), 10 ... 21, then 22 (starttime).
+  for (int i = 0; i < 6; ++i) fields >> field;
+  if (!(fields >> stat.flags)) return std::nullopt;
+  for (int i = 0; i < 12; ++i) fields >> field;
   if (!(fields >> stat.start_time)) return std::nullopt;
   return stat;
 }

@@ -11,6 +11,7 @@ namespace ddp::detail::fabric {
 
 struct ProcStat {
   char state = '?';                   // field 3: R, S, D, Z (zombie), X (dead), ...
+  unsigned long flags = 0;            // field 9: the kernel's PF_* flags
   unsigned long long start_time = 0;  // field 22, in clock ticks since boot
 };
 
