@@ -20,7 +20,7 @@ const char* to_string(RoundState state) {
 }
 
 RoundStateMachine::RoundStateMachine(Timing timing, Clock::time_point now)
-    : timing_(timing), stop_signal_(SIGTERM), next_monitor_(now + timing.monitor_interval) {}
+    : timing_(timing), next_monitor_(now + timing.monitor_interval) {}
 
 void RoundStateMachine::stop(int signal, bool grace, Clock::time_point now) {
   const auto when =
@@ -66,9 +66,7 @@ bool RoundStateMachine::monitor_due(Clock::time_point now, bool any_worker_runni
 }
 
 void RoundStateMachine::other_node_failed(const FailureReport& failure, Clock::time_point now) {
-  outcome_.kind = RoundOutcome::Kind::kFailed;
-  outcome_.root_cause = failure;
-  stop(SIGTERM, failure.is_consequence(), now);
+  worker_failed(failure, now);  // the same transition: a worker of the group failed
 }
 
 void RoundStateMachine::store_lost(const std::string& detail, Clock::time_point now) {

@@ -14,6 +14,7 @@
 // ddprun itself was signalled, exits are consequences. The round ends once every worker is
 // reaped and their pipes are drained (finished()).
 #include <chrono>
+#include <csignal>
 #include <optional>
 #include <string>
 #include <utility>
@@ -123,7 +124,7 @@ class RoundStateMachine {
   RoundState state_ = RoundState::kRunning;
   RoundOutcome outcome_;
   std::optional<FailureReport> own_agent_record_;  // this node's record, when it is the cause
-  int stop_signal_ = 15;                           // SIGTERM
+  int stop_signal_ = SIGTERM;
   Clock::time_point signal_at_{};
   Clock::time_point kill_at_{};
   Clock::time_point next_monitor_;

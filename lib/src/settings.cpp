@@ -144,14 +144,12 @@ std::vector<Effective> effective() {
   std::vector<Effective> rows;
   for (const Setting* setting : all()) {
     Effective row{setting, setting->default_text, "default", ""};
+    const auto raw = text(*setting);
+    if (raw) row.source = env::get(setting->name) ? "environment" : setting->fallback;
     try {
-      if (auto value = checked(*setting)) {
-        row.value = *value;
-        row.source = env::get(setting->name) ? "environment" : setting->fallback;
-      }
+      if (auto value = checked(*setting)) row.value = *value;
     } catch (const ConfigError& e) {
-      row.value = text(*setting).value_or("");
-      row.source = env::get(setting->name) ? "environment" : setting->fallback;
+      row.value = raw.value_or("");
       row.error = e.what();
     }
     rows.push_back(std::move(row));

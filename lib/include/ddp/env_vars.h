@@ -1,10 +1,8 @@
 #pragma once
 // Typed, validated reads of environment variables. Malformed values throw ConfigError naming the
 // variable, the value found and what was expected, so a wrong pod spec fails in one clear line.
-#include <initializer_list>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace ddp::env {
@@ -18,24 +16,10 @@ std::optional<long> get_int(const char* name, long min_value, long max_value);
 // Parses 1/0, true/false, yes/no, on/off (any case); nullopt when unset.
 std::optional<bool> get_bool(const char* name);
 
-// Throws the ConfigError of get_choice: `name`='value' is not known; use a, b or c.
+// Throws the ConfigError of a value outside its choices (settings::spelling):
+// `name`='value' is not known; use a, b or c.
 [[noreturn]] void unknown_choice(const char* name, const std::string& value,
                                  const std::vector<std::string>& spellings);
-
-// The value paired with the variable's spelling (exact) in `choices`; nullopt when unset. Any
-// other spelling is a ConfigError that lists the ones accepted.
-template <typename T>
-std::optional<T> get_choice(const char* name,
-                            std::initializer_list<std::pair<const char*, T>> choices) {
-  const auto value = get(name);
-  if (!value) return std::nullopt;
-  std::vector<std::string> spellings;
-  for (const auto& [spelling, choice] : choices) {
-    if (*value == spelling) return choice;
-    spellings.emplace_back(spelling);
-  }
-  unknown_choice(name, *value, spellings);
-}
 
 // The same parsers, for values that come from somewhere else (a flag), named by `what`.
 long parse_int(const std::string& what, const std::string& text, long min_value, long max_value);

@@ -3,7 +3,7 @@
 // it does (the model is aws-ofi-nccl's nccl_ofi_param.h). The library and ddprun read their
 // settings only through this header, so a malformed value fails the same way wherever it is read;
 // `ddprun --print-settings` shows the values in effect and where each came from, and the README's
-// settings table is generated from kAll (`ddprun --print-settings=markdown`).
+// settings table is generated from all() (markdown_table(); a test compares the two).
 //
 // The worker environment of torchrun's contract (RANK, WORLD_SIZE, MASTER_ADDR, ...) is not a
 // setting: ddp/env.h reads it.
@@ -40,7 +40,6 @@ struct Setting {
   const char* doc;
 };
 
-constexpr long kKiB = 1L << 10;
 constexpr long kMiB = 1L << 20;
 constexpr long kGiB = 1L << 30;
 

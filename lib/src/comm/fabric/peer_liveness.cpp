@@ -7,24 +7,27 @@
 
 namespace ddp::detail::fabric {
 
-bool process_exited(pid_t pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+namespace {
+
+enum class ExitStage { kRunning, kExiting, kExited };
+
+ExitStage exit_stage(pid_t pid) {
+  constexpr unsigned long kPfExiting = 0x4;  // include/linux/sched.h
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return ExitStage::kExited;
   bool gone = false;
   const auto stat = read_proc_stat(pid, &gone);
   // Unreadable for another reason (no /proc): kill() said the process exists, and a later
   // check will see it go.
-  if (!stat) return gone;
-  return stat->state == 'Z' || stat->state == 'X';
+  if (!stat) return gone ? ExitStage::kExited : ExitStage::kRunning;
+  if (stat->state == 'Z' || stat->state == 'X') return ExitStage::kExited;
+  return (stat->flags & kPfExiting) != 0 ? ExitStage::kExiting : ExitStage::kRunning;
 }
 
-bool process_exiting(pid_t pid) {
-  constexpr unsigned long kPfExiting = 0x4;  // include/linux/sched.h
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  bool gone = false;
-  const auto stat = read_proc_stat(pid, &gone);
-  if (!stat) return gone;
-  return stat->state == 'Z' || stat->state == 'X' || (stat->flags & kPfExiting) != 0;
-}
+}  // namespace
+
+bool process_exited(pid_t pid) { return exit_stage(pid) == ExitStage::kExited; }
+
+bool process_exiting(pid_t pid) { return exit_stage(pid) != ExitStage::kRunning; }
 
 std::optional<int> PeerLiveness::first_exited(const std::vector<bool>& candidates) const {
   for (std::size_t r = 0; r < pids_.size() && r < candidates.size(); ++r) {
