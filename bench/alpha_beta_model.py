@@ -90,9 +90,9 @@ def hierarchical(n, l, s, **p):
     return min(slices, whole)
 
 
-# Predictions for clusters this machine cannot run, from assumptions stated here and in the
-# README. Shared memory: 2 us per step and 10 GB/s per rank (one core's copy on a current
-# 64-vCPU node; this VM's fitted figure, printed first, is 2-3 times slower). The network:
+# Predictions for clusters this machine cannot run, from assumptions stated here and in
+# bench/README.md. Shared memory: 2 us per step and 10 GB/s per rank (one core's copy on a
+# current 64-vCPU node; this VM's fitted figure, printed first, is 2-3 times slower). The network:
 #   EFA  200 Gb/s per node (c7gn.16xlarge, hpc7g), 20 us per message step (libfabric RDM over
 #        SRD, a few round trips of a small message);
 #   TCP  one flow capped at 10 Gb/s (EC2, placement group), 40 us per step; the flat ring runs

@@ -196,7 +196,7 @@ std::string help_text() {
          "\nEvery flag also accepts underscores (--nproc_per_node) and takes its default from\n"
          "the PET_<NAME> environment variable shown in brackets; a flag given explicitly wins.\n"
          "In a Kubernetes pod the node rank, node count and master address are read from the\n"
-         "Indexed Job, JobSet, PyTorchJob or TrainJob environment (see the README).\n"
+         "Indexed Job, JobSet, PyTorchJob or TrainJob environment (see launcher/README.md).\n"
          "A PROGRAM ending in .py, or -m MODULE, runs as '$PYTHON_EXEC -u' (default python3);\n"
          "anything else is executed directly.\n";
 }

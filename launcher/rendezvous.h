@@ -23,7 +23,6 @@ class Rendezvous {
  public:
   virtual ~Rendezvous() = default;
 
-  virtual bool hosts_store() const = 0;
   // What workers get as MASTER_ADDR/MASTER_PORT.
   virtual const std::string& store_host() const = 0;
   virtual int store_port() const = 0;

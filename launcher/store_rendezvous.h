@@ -22,7 +22,6 @@ class StoreRendezvous : public Rendezvous {
                   std::function<void()> poll_interrupt);
   ~StoreRendezvous() override;
 
-  bool hosts_store() const override { return hosts_store_; }
   const std::string& store_host() const override { return store_host_; }
   int store_port() const override { return store_port_; }
   NodeAssignment join() override;

@@ -1,7 +1,7 @@
 #pragma once
 // Process exit codes shared by ddprun and the trainers it runs. They are stable: Kubernetes
-// podFailurePolicy rules key on them (see the README's "Exit codes" table). They follow
-// sysexits(3) where one fits.
+// podFailurePolicy rules key on them (see the "Exit codes" table of launcher/README.md). They
+// follow sysexits(3) where one fits.
 #include <exception>
 
 namespace ddp::exit_code {

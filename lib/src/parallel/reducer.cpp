@@ -48,6 +48,13 @@ Reducer::Reducer(std::vector<Parameter> parameters, Communicator& comm, DdpOptio
     : comm_(comm), options_(options) {
   for (auto& p : parameters) {
     if (!p.tensor.requires_grad()) continue;
+    // Checked before any gradient is replaced or hook registered: a constructor that throws
+    // half-way would leave hooks pointing at a reducer that never existed.
+    if (!p.tensor.is_leaf()) {
+      throw ConfigError("parameter '" + p.name +
+                        "' is not a leaf tensor (it is computed from other tensors); "
+                        "DistributedDataParallel reduces the gradients of leaf parameters only");
+    }
     if (!p.tensor.device().is_cpu() || p.tensor.is_sparse() || !is_dense(p.tensor)) {
       throw ConfigError("parameter '" + p.name +
                         "' is not a dense CPU tensor; DistributedDataParallel supports dense "
@@ -136,7 +143,6 @@ void Reducer::set_sync(bool enabled) {
 BackwardStats Reducer::last_backward() const { return last_; }
 
 void Reducer::start_backward() {
-  in_backward_ = true;
   next_launch_ = 0;
   current_ = {};
   current_.buckets = static_cast<int>(buckets_.size());
@@ -147,6 +153,8 @@ void Reducer::start_backward() {
   }
   // Runs on this thread when the engine has finished the whole backward pass.
   torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+  // Only once the pass will be finished: if queueing threw, the next pass starts afresh.
+  in_backward_ = true;
 }
 
 void Reducer::adopt_gradient(Slot& slot) {

@@ -20,6 +20,12 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Te
                                                                .weight_decay(o.weight_decay));
   }
   if (o.name == "adam") {
+    // torch::optim would reject these with a c10::Error; a bad option is a configuration error.
+    if (o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1) {
+      throw ConfigError("Adam betas must be in [0, 1), got (" + std::to_string(o.beta1) + ", " +
+                        std::to_string(o.beta2) + ")");
+    }
+    if (!(o.eps >= 0)) throw ConfigError("Adam eps must not be negative");
     return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(o.lr)
                                                                 .betas({o.beta1, o.beta2})
                                                                 .eps(o.eps)

@@ -13,8 +13,8 @@ double seconds_since_process_start();
 
 // glibc malloc: serve large blocks from the heap instead of fresh mmaps and never trim it.
 // Training allocates and frees the same few MB-sized tensors every step; with the defaults each
-// becomes an mmap/munmap pair plus a page fault per 4 KiB (measured here: a quarter of a CPU
-// training step). Costs a little peak memory, which the heap then keeps.
+// becomes an mmap/munmap pair plus a page fault per 4 KiB, a large share of a CPU training
+// step. Costs a little peak memory, which the heap then keeps.
 void keep_freed_memory_for_reuse();
 
 }  // namespace ddp::train

@@ -38,8 +38,8 @@ struct AlgorithmConfig {
   int pipeline_depth = 4;
   // DDP_RING_ORDER=wavefront|step. The wavefront sends a reduced chunk on while it is still in
   // the reducing core's caches: faster where the next reader is that core (the kernel's copy over
-  // TCP) or shares its caches; on shm it measured slower in most runs of this VM's other core
-  // placement (README "Measurements"). Ranks must agree: mixed orders can deadlock.
+  // TCP) or shares its caches; on shm it can be slower when the next reader is another core
+  // (bench/README.md, "The libfabric backend"). Ranks must agree: mixed orders can deadlock.
   RingOrder ring_order = RingOrder::kWavefront;
   // DDP_HIERARCHY_SLICE_BYTES: from this payload up a hierarchical allreduce reduce-scatters
   // inside the node and sends each rank's 1/L slice across nodes (hierarchical.h); below it the

@@ -12,12 +12,11 @@ constexpr std::uint32_t kFoldIndex = 0;
 constexpr std::uint32_t kUnfoldIndex = 1;
 constexpr std::uint32_t kFirstExchangeIndex = 2;
 
-// A payload of up to this many eager messages travels as that many: on shm four 4 KiB injects
-// beat one 16 KiB message, whose CMA handshake costs a round trip (bench/allreduce_bench,
-// ddp_fabric_shm vs fabric_bare_ring_shm at 16 KiB), and sixteen beat the ring's two CMA
-// messages at 64 KiB (bench/results/2026-11-25-shm-eager-doubling.txt). 32 covers every payload
-// below shm's ring threshold (fabric/provider_tuning.cpp). Message i's pieces use the indices
-// i * kMaxPieces + piece.
+// A payload of up to this many eager messages travels as that many: on shm a few 4 KiB injects
+// beat one larger message, whose CMA handshake costs a round trip, and sixteen beat the ring's
+// two CMA messages at 64 KiB (bench/results/2026-11-25-shm-eager-doubling.txt). 32 covers every
+// payload below shm's ring threshold (fabric/provider_tuning.cpp). Message i's pieces use the
+// indices i * kMaxPieces + piece.
 constexpr std::size_t kMaxPieces = 32;
 
 // How one message of `bytes` is cut: `count` pieces of `piece_bytes` (the last one shorter).
@@ -68,8 +67,8 @@ void allreduce_recursive_doubling(PeerTransport& transport, Buffer buffer,
   const std::size_t bytes = buffer.bytes();
   // The reduction runs in the caller's buffer and receives land in scratch. Eager sends need no
   // registered memory; larger ones are sent from the caller's buffer, registered for this op,
-  // which saves copying the payload into scratch and back (on tcp;ofi_rxm 7-10 % at 256 KiB,
-  // bench/results/2026-11-23-fabric-doubling-in-place.txt).
+  // which saves copying the payload into scratch and back
+  // (bench/results/2026-11-23-fabric-doubling-in-place.txt).
   if (cut(transport, bytes).piece_bytes > transport.eager_message_bytes()) {
     transport.expose(buffer.data, bytes);
   }

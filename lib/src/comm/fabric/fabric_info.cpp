@@ -31,10 +31,9 @@ InfoPtr make_hints(const InfoQuery& query) {
 void prepare_fabric_environment() {
   ::setenv("FI_EFA_FORK_SAFE", "1", /*overwrite=*/0);
   // ofi_rxm sends a message eagerly (no rendezvous round trip) up to its buffer size, 16 KiB by
-  // default. 64 KiB buffers took a 2-rank 64 KiB allreduce over tcp;ofi_rxm from 0.40 to 0.72 of
-  // a bare socket exchange's speed (57 -> 31 us; bench/results/2026-11-25-rxm-eager-buffers.txt);
-  // 128 receive buffers per connection, instead of rxm's default, keep the extra memory to
-  // ~30-50 MB per rank (64 KiB buffers alone cost 230 MB).
+  // default: 64 KiB buffers spare the mid-sized messages of a collective that round trip
+  // (bench/results/2026-11-25-rxm-eager-buffers.txt). 128 receive buffers per connection, instead
+  // of rxm's default, keep the extra memory to tens of MB per rank.
   ::setenv("FI_OFI_RXM_BUFFER_SIZE", "65536", /*overwrite=*/0);
   ::setenv("FI_OFI_RXM_MSG_RX_SIZE", "128", /*overwrite=*/0);
 }

@@ -3,6 +3,11 @@
 // completion queue the endpoint owns; requests are tracked individually through their
 // FI_CONTEXT2 contexts, so a completion that arrives while another request is awaited is simply
 // recorded (never counted against the wrong wait). Every wait is bounded by the op's deadline.
+// The class is one state machine in four files, one per concept:
+//  - fabric_transport.cpp: requests and progress (slots, send/recv/wait, the completion queue);
+//  - fabric_transport_agreement.cpp: the agreement protocol (below);
+//  - fabric_transport_liveness.cpp: deadlines and peer liveness (with op_deadline.h);
+//  - fabric_transport_teardown.cpp: failure and teardown (below).
 //
 // Agreement: ranks must check that they run the same collective before data lands where the
 // other side did not mean it to. Two means, chosen per message:
@@ -19,15 +24,15 @@
 // once a header is used, so a header is seen even by a rank that expected none: a header for a
 // later op waits until this rank gets there, one for an op already completed (its messages all
 // checked) is dropped. An all-small op, such as every allreduce up to 8 eager messages, thus
-// costs no message beyond its data: a 4 KiB allreduce on shm took 1.8-1.9 us back to back against
-// 2.2-2.3 with a header in every op (bench/results/2026-11-23-shm-small-digests.txt).
+// costs no message beyond its data: a header in every op added a fifth to a small allreduce on
+// shm (bench/results/2026-11-23-shm-small-digests.txt).
 //
 // Over ofi_rxm every data message carries the digest, large ones too, and headers are sent only
-// after a slow wait (see kHeaderAfterIdle in the .cpp, which applies everywhere): rxm reports a
-// message longer than its receive as a truncation, so the shm hazard above does not exist there,
-// and a header message of its own cost each op a send and a receive system call per peer, a third
-// of a 4 KiB allreduce over TCP. A provider without 8 bytes of CQ data sends the header before
-// every first message and defers every receive until it agreed.
+// after a slow wait (kHeaderAfterIdle, which applies everywhere): rxm reports a message longer
+// than its receive as a truncation, so the shm hazard above does not exist there, and a header
+// message of its own would cost each op a send and a receive system call per peer. A provider
+// without 8 bytes of CQ data sends the header before every first message and defers every
+// receive until it agreed.
 //
 // On any failure (error completion, mismatch, timeout, peer exit, or an abort notice from a
 // peer) the transport tells every peer with a control message, so their waits end too, closes
@@ -41,6 +46,7 @@
 
 #include "comm/collectives/peer_transport.h"
 #include "comm/fabric/fabric_endpoint.h"
+#include "comm/fabric/op_deadline.h"
 #include "comm/fabric/peer_liveness.h"
 #include "comm/fabric/stuck_call_guard.h"
 
@@ -127,9 +133,9 @@ class FabricTransport final : public collectives::PeerTransport {
   // says which queue it fills, for the error when that queue is too small.
   template <typename Post>
   void post_with_retry(Post&& post, int peer, const char* what, bool receive = false);
-  void start_op_clock(std::chrono::steady_clock::time_point now);
-  // Fails the op once its deadline has passed; the first call of an op starts its clock.
-  void check_deadline(std::chrono::steady_clock::time_point now, int peer, const char* waiting_for);
+  // An empty poll at `now`: checks the awaited peers' liveness when due, and fails the op once its
+  // deadline has passed.
+  void check_deadline(Clock::time_point now, int peer, const char* waiting_for);
   // Peers with a transfer of this op still in flight, indexed by rank.
   std::vector<bool> awaited_peers() const;
   // Fails the op if a peer it waits on has exited (same-host peers only).
@@ -139,6 +145,8 @@ class FabricTransport final : public collectives::PeerTransport {
   // Builds the op's error, abandons the transport and throws it.
   [[noreturn]] void fail(int peer, const std::string& cause, bool timed_out = false);
   [[noreturn]] void fail_mismatch(int peer, const CollectiveSignature* theirs);
+  // A libfabric call never returned (guarded()): fails the op, blaming an exited peer if any.
+  [[noreturn]] void fail_stuck_call();
   const char* op_name() const { return to_string(header_.kind); }
   void abandon(const std::string& reason);
   void notify_peers(const std::string& reason);
@@ -160,7 +168,7 @@ class FabricTransport final : public collectives::PeerTransport {
   std::unique_ptr<FabricEndpoint> endpoint_;
   std::vector<fi_addr_t> peers_;
   int rank_;
-  std::chrono::milliseconds timeout_;
+  OpDeadline deadline_;
   PeerLiveness liveness_;
   pid_t owner_;
   std::size_t inject_bytes_;
@@ -200,11 +208,6 @@ class FabricTransport final : public collectives::PeerTransport {
   bool in_op_ = false;
   CollectiveSignature header_;  // this rank's, sent to every peer before its first message
   std::uint32_t sequence_ = 0;
-  // An op's deadline counts from its first empty poll: an op whose completions are all in when
-  // polled reads no clock.
-  bool op_clock_started_ = false;
-  std::chrono::steady_clock::time_point deadline_;
-  std::chrono::steady_clock::time_point next_liveness_check_;
   std::string failure_;
   // An abort notice from a peer that was already past the current op (see complete()).
   std::string pending_abort_;

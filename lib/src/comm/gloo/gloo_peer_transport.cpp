@@ -52,17 +52,15 @@ collectives::AlgorithmConfig gloo_algorithm_defaults() {
   collectives::AlgorithmConfig config;
   // Up to 1 MiB sent per rank (payload x peers) a collective takes one round rather than the
   // ring's 2(P-1) steps: every message on gloo's asynchronous pairs costs a notification and a
-  // wake-up of the waiting thread. 2 ranks, back to back, the buffer rewritten before each op as
-  // DDP's buckets are (p50 of 1500 ops, 3 runs each way): 1 MiB took 627-637 us through the ring
-  // and 792-842 in one round; 768 KiB took 478-506 through the ring and 413-468 in one round
+  // wake-up of the waiting thread. Near 1 MiB the two cross over
   // (bench/results/2026-11-23-gloo-allreduce-crossover.txt).
   config.direct_bytes = std::size_t{1} << 20;
   // Past the round, always the ring (and the pipelined chain for broadcasts).
   config.ring_threshold_bytes = 0;
-  // The ring's pipeline unit. Measured with allreduce_bench --interleave, 2 ranks: 64 MiB took
-  // 56-65 ms in 4 MiB chunks, 63-76 ms in 2 or 16 MiB chunks and 79-87 ms in 1 MiB chunks. A
-  // block of a few MiB is still cut into up to four chunks of at least 1 MiB: 4 MiB took 5.2 ms
-  // that way and 6.0 ms as one chunk per block.
+  // The ring's pipeline unit: large enough that a chunk's per-message cost vanishes, small enough
+  // to keep both directions busy (4 MiB was the fastest in allreduce_bench --interleave). A block
+  // of a few MiB is still cut into up to four chunks of at least 1 MiB, which overlaps its send
+  // with its reduction (bench/README.md, "The Gloo backend").
   config.chunk_bytes = std::size_t{4} << 20;
   config.min_chunk_bytes = std::size_t{1} << 20;
   // A hierarchical allreduce sends the whole buffer across nodes while one message of the

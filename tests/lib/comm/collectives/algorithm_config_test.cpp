@@ -1,5 +1,5 @@
 // The collectives' settings: one configuration for every transport, the transports' defaults
-// (gloo's here, libfabric's providers' in tests/fabric/provider_tuning_test.cpp), and the
+// (gloo's here, libfabric's providers' in tests/lib/comm/fabric/provider_tuning_test.cpp), and the
 // environment's overrides on top of them.
 #include "comm/collectives/algorithm_config.h"
 

@@ -310,13 +310,31 @@ TEST_P(Conformance, AsyncOpsCompleteInIssueOrder) {
     std::vector<float> gathered(comm.size());
     float mine = static_cast<float>(comm.rank());
     Work gather = comm.allgather_async(Buffer(&mine, 1), Buffer(gathered.data(), gathered.size()));
+    const int last = comm.size() - 1;
+    std::vector<float> broadcast(7, comm.rank() == last ? 42.0f : -1.0f);
+    Work bcast = comm.broadcast_async(broadcast, last);
+    constexpr int kBlock = 3;
+    std::vector<float> scatter_in(static_cast<std::size_t>(kBlock * comm.size()));
+    for (std::size_t i = 0; i < scatter_in.size(); ++i) {
+      scatter_in[i] = static_cast<float>(comm.rank()) + static_cast<float>(i);
+    }
+    std::vector<float> scatter_out(kBlock, -1.0f);
+    Work scatter = comm.reduce_scatter_async(scatter_in, scatter_out, ReduceOp::kSum);
     // A blocking call issued behind queued async ones must still run after them.
     std::vector<float> sync_data(5, 1.0f);
     comm.allreduce(sync_data, ReduceOp::kSum);
     for (int k = kOps - 1; k >= 0; --k) works[k].wait();  // out of order is allowed
+    scatter.wait();
+    bcast.wait();
     gather.wait();
     comm.barrier_async().wait();
     const int n = comm.size();
+    for (float v : broadcast) require(v == 42.0f, "async broadcast");
+    for (int j = 0; j < kBlock; ++j) {
+      // Block r, element j, summed over the ranks q: q + kBlock * r + j.
+      const float expected = static_cast<float>(n * (n - 1) / 2 + n * (kBlock * comm.rank() + j));
+      require(scatter_out[j] == expected, "async reduce_scatter element " + std::to_string(j));
+    }
     for (int k = 0; k < kOps; ++k) {
       const float expected = static_cast<float>(n * (n - 1) / 2 + n * k);
       for (float v : buffers[k]) require(v == expected, "async allreduce " + std::to_string(k));

@@ -1,5 +1,5 @@
 // The collectives' defaults for each libfabric provider (before the environment's overrides,
-// tests/collectives/algorithm_config_test.cpp).
+// tests/lib/comm/collectives/algorithm_config_test.cpp).
 #include "comm/fabric/provider_tuning.h"
 
 #include <gtest/gtest.h>

@@ -141,7 +141,7 @@ TEST(EnvVars, IntegersRejectTrailingJunkAndOverflow) {
   EXPECT_THROW(env::parse_int("X", "-1", 0, 100), ConfigError);
 }
 
-// settings::spelling's error for a value outside its choices (tests/core/settings_test.cpp reads
+// settings::spelling's error for a value outside its choices (tests/lib/settings_test.cpp reads
 // one through a setting).
 TEST(EnvVars, AnUnknownChoiceIsAnErrorListingTheSpellings) {
   EXPECT_EQ(config_error_of([] {
