@@ -136,6 +136,7 @@ class FabricTransport final : public collectives::PeerTransport {
   // An empty poll at `now`: checks the awaited peers' liveness when due, and fails the op once its
   // deadline has passed.
   void check_deadline(Clock::time_point now, int peer, const char* waiting_for);
+  [[noreturn]] void fail_deadline(int peer, const char* waiting_for);
   // Peers with a transfer of this op still in flight, indexed by rank.
   std::vector<bool> awaited_peers() const;
   // Fails the op if a peer it waits on has exited (same-host peers only).

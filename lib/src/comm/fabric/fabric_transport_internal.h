@@ -56,6 +56,13 @@ struct FabricTransport::Slot {
 // that nothing cleared): its size and the variable that sets it.
 std::string queue_full_hint(const fi_info& info, ssize_t rc, bool receive);
 
+// Inline: a wait calls it on every empty poll.
+inline void FabricTransport::check_deadline(Clock::time_point now, int peer,
+                                            const char* waiting_for) {
+  if (deadline_.liveness_check_due(now)) check_awaited_peers_alive();
+  if (deadline_.expired(now)) fail_deadline(peer, waiting_for);
+}
+
 template <typename Call>
 ssize_t FabricTransport::guarded(Call&& call) {
   ssize_t rc = 0;

@@ -18,16 +18,13 @@ constexpr int kExitedPeerDrainIdlePolls = 200;
 
 }  // namespace
 
-void FabricTransport::check_deadline(Clock::time_point now, int peer, const char* waiting_for) {
-  if (deadline_.liveness_check_due(now)) check_awaited_peers_alive();
-  if (deadline_.expired(now)) {
-    if (!pending_abort_.empty()) fail(pending_abort_peer_, pending_abort_);
-    fail(peer,
-         std::string("no progress within the ") + std::to_string(deadline_.timeout().count()) +
-             " ms timeout while waiting for " + waiting_for + " rank " + std::to_string(peer) +
-             "; that rank is dead, stuck, or issued a different collective",
-         /*timed_out=*/true);
-  }
+void FabricTransport::fail_deadline(int peer, const char* waiting_for) {
+  if (!pending_abort_.empty()) fail(pending_abort_peer_, pending_abort_);
+  fail(peer,
+       std::string("no progress within the ") + std::to_string(deadline_.timeout().count()) +
+           " ms timeout while waiting for " + waiting_for + " rank " + std::to_string(peer) +
+           "; that rank is dead, stuck, or issued a different collective",
+       /*timed_out=*/true);
 }
 
 std::vector<bool> FabricTransport::awaited_peers() const {

@@ -13,13 +13,6 @@ void OpDeadline::start(Clock::time_point now) {
   next_liveness_check_ = now + liveness_interval_;
 }
 
-bool OpDeadline::liveness_check_due(Clock::time_point now) {
-  if (!started_) start(now);
-  if (now < next_liveness_check_) return false;
-  next_liveness_check_ = now + liveness_interval_;
-  return true;
-}
-
 void OpDeadline::limit(Clock::time_point now, std::chrono::milliseconds grace) {
   if (!started_) start(now);
   deadline_ = std::min(deadline_, now + grace);

@@ -24,8 +24,14 @@ class OpDeadline {
   void begin_op() { started_ = false; }
   bool started() const { return started_; }
   // An empty poll at `now` (starts the clock at the op's first). True when the peers' liveness
-  // is due for a check, which also schedules the next one.
-  bool liveness_check_due(Clock::time_point now);
+  // is due for a check, which also schedules the next one. Inline: a wait calls it on every
+  // empty poll.
+  bool liveness_check_due(Clock::time_point now) {
+    if (!started_) start(now);
+    if (now < next_liveness_check_) return false;
+    next_liveness_check_ = now + liveness_interval_;
+    return true;
+  }
   bool expired(Clock::time_point now) const { return started_ && now >= deadline_; }
   // The op may run at most `grace` past `now` (starting its clock if need be).
   void limit(Clock::time_point now, std::chrono::milliseconds grace);
