@@ -67,6 +67,10 @@ void add_training_flags(cxxopts::Options& options, const TrainingDefaults& d) {
      cxxopts::value<std::string>()->default_value(""))
     ("log-every", "Steps between progress lines (0: none)",
      cxxopts::value<int64_t>()->default_value("100"))
+    ("straggler-window", "Steps between straggler reports (0: none; default "
+     "DDP_STRAGGLER_WINDOW, else 100)", cxxopts::value<int64_t>())
+    ("straggler-threshold", "Name a rank whose compute per step exceeds the median rank's by "
+     "this ratio (default DDP_STRAGGLER_PERCENT / 100, else 1.2)", cxxopts::value<double>())
     ("h,help", "Show this help");
   // clang-format on
 }
@@ -110,6 +114,10 @@ ddp::train::TrainerOptions trainer_options_from(const cxxopts::ParseResult& f) {
   o.resume = f.count("no-resume") == 0;
   o.metrics_path = f["metrics"].as<std::string>();
   o.log_every = f["log-every"].as<int64_t>();
+  if (f.count("straggler-window")) o.straggler_window = f["straggler-window"].as<int64_t>();
+  if (f.count("straggler-threshold")) {
+    o.straggler_threshold = f["straggler-threshold"].as<double>();
+  }
   return o;
 }
 

@@ -70,11 +70,12 @@ std::optional<std::string> checked(const Setting& s) {
 
 const std::vector<const Setting*>& all() {
   static const std::vector<const Setting*> settings{
-      &kBackend,       &kTimeoutSec,    &kSocketIfname, &kFabricProvider,
-      &kCollectives,   &kAlgorithm,     &kDirectBytes,  &kRingThreshold,
-      &kChunkBytes,    &kPipelineDepth, &kRingOrder,    &kHierarchySliceBytes,
-      &kStoreProtocol, &kIsa,           &kLogLevel,     &kNnodes,
-      &kTestHostId,    &kTestCpuBf16};
+      &kBackend,          &kTimeoutSec,    &kSocketIfname, &kFabricProvider,
+      &kCollectives,      &kAlgorithm,     &kDirectBytes,  &kRingThreshold,
+      &kChunkBytes,       &kPipelineDepth, &kRingOrder,    &kHierarchySliceBytes,
+      &kStoreProtocol,    &kIsa,           &kLogLevel,     &kStragglerWindow,
+      &kStragglerPercent, &kNnodes,        &kTestHostId,   &kTestCpuBf16,
+      &kTestStepDelayMs};
   return settings;
 }
 

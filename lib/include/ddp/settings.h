@@ -210,6 +210,30 @@ inline constexpr Setting kLogLevel{"DDP_LOG_LEVEL",
                                    "library, ddprun",
                                    "The level of the one logger of the library and ddprun."};
 
+// --- The trainer -------------------------------------------------------------------------------
+inline constexpr Setting kStragglerWindow{
+    "DDP_STRAGGLER_WINDOW",
+    Type::kInteger,
+    "100",
+    0,
+    1000000,
+    "",
+    "",
+    "library",
+    "Steps between straggler reports: every rank's compute and wait time per step over that "
+    "window, shared in one allgather; 0 turns them off (TrainerOptions::straggler_window wins)."};
+inline constexpr Setting kStragglerPercent{
+    "DDP_STRAGGLER_PERCENT",
+    Type::kInteger,
+    "120",
+    101,
+    10000,
+    "",
+    "",
+    "library",
+    "A rank is named a straggler when its compute per step exceeds the median rank's by this "
+    "percentage: 120 is 1.2x (TrainerOptions::straggler_threshold wins)."};
+
 // --- The launcher ------------------------------------------------------------------------------
 inline constexpr Setting kNnodes{
     "DDP_NNODES",
@@ -244,6 +268,17 @@ inline constexpr Setting kTestCpuBf16{
     "",
     "tests",
     "Fakes whether the CPU computes bfloat16 natively (the --bf16 fallback)."};
+
+inline constexpr Setting kTestStepDelayMs{
+    "DDP_TEST_STEP_DELAY_MS",
+    Type::kInteger,
+    "0",
+    0,
+    60000,
+    "",
+    "",
+    "tests",
+    "Makes this rank's trainer compute each step this many milliseconds longer (a straggler)."};
 
 // Every setting, in the order of the table.
 const std::vector<const Setting*>& all();

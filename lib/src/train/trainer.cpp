@@ -1,8 +1,10 @@
 #include "ddp/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/functional/loss.h>
@@ -12,12 +14,14 @@
 #include "ddp/error.h"
 #include "ddp/log.h"
 #include "ddp/models/classifier.h"
+#include "ddp/settings.h"
 #include "ddp/train/checkpoint.h"
 #include "ddp/train/metrics_log.h"
 #include "ddp/train/resource_usage.h"
 #include "ddp/train/stop_signal.h"
 #include "train/autocast_scope.h"
 #include "train/bf16_support.h"
+#include "train/straggler.h"
 
 namespace ddp::train {
 namespace {
@@ -85,6 +89,23 @@ bool any_rank(Communicator& comm, bool value) {
   return flag[0] != 0;
 }
 
+// The straggler reports' window and threshold: the options, else the settings, else 100 steps
+// and 1.2.
+detail::StragglerMonitor make_straggler_monitor(const TrainerOptions& options) {
+  const int64_t window = options.straggler_window.value_or(
+      settings::integer(settings::kStragglerWindow).value_or(100));
+  const double threshold = options.straggler_threshold.value_or(
+      static_cast<double>(settings::integer(settings::kStragglerPercent).value_or(120)) / 100.0);
+  if (window < 0) throw ConfigError("the straggler window must not be negative");
+  if (!(threshold > 1)) {
+    throw ConfigError(
+        "the straggler threshold must be above 1 (a ratio to the median rank's "
+        "compute), got " +
+        std::to_string(threshold));
+  }
+  return detail::StragglerMonitor(window, threshold);
+}
+
 bool same_architecture(const models::ModelSpec& a, const models::ModelSpec& b) {
   return a.name == b.name && a.in_channels == b.in_channels && a.height == b.height &&
          a.width == b.width && a.num_classes == b.num_classes;
@@ -105,6 +126,7 @@ Trainer::Trainer(Communicator& comm, std::shared_ptr<models::Classifier> model,
   if (options_.checkpoint_every < 0 || options_.max_steps < 0 || options_.log_every < 0) {
     throw ConfigError("checkpoint interval, step limit and log interval must not be negative");
   }
+  (void)make_straggler_monitor(options_);  // checks the straggler options
   const auto& spec = model_->spec();
   if (spec.in_channels != train_set_.channels() || spec.height != train_set_.height() ||
       spec.width != train_set_.width() || spec.num_classes != train_set_.num_classes()) {
@@ -159,6 +181,8 @@ class FitRun {
   void end_epoch(const EpochStats& stats);
   // A checkpoint of the current step (once per step), written by rank 0.
   void save_checkpoint(int64_t at_epoch, int64_t at_batch);
+  // The window's compute and wait times of every rank (collective); rank 0 names stragglers.
+  void report_stragglers();
   // Preemption or the final checkpoint, and the end record.
   TrainResult finish();
 
@@ -192,6 +216,9 @@ class FitRun {
   std::vector<int64_t> stop_flag_{0};
   bool first_step_done_ = false;
   bool stopping_ = false;
+  detail::StragglerMonitor stragglers_;
+  // DDP_TEST_STEP_DELAY_MS: this rank computes each step this much longer (tests only).
+  const std::chrono::milliseconds test_step_delay_;
 };
 
 FitRun::FitRun(Communicator& comm, std::shared_ptr<models::Classifier> model,
@@ -212,7 +239,9 @@ FitRun::FitRun(Communicator& comm, std::shared_ptr<models::Classifier> model,
                                        : planned_steps_),
       optimizer_(make_optimizer(model_->parameters(), options.optimizer)),
       schedule_(options.optimizer.lr, planned_steps_, steps_per_epoch_, options.schedule),
-      checkpoints_(options.checkpoint_dir, options.keep_checkpoints) {
+      checkpoints_(options.checkpoint_dir, options.keep_checkpoints),
+      stragglers_(make_straggler_monitor(options)),
+      test_step_delay_(settings::integer(settings::kTestStepDelayMs).value_or(0)) {
   if (rank_ == 0 && !options_.metrics_path.empty()) metrics_ = MetricsLog(options_.metrics_path);
   seed_rng(data::mix_seed(options_.seed, 0x5eed, static_cast<uint64_t>(rank_)));
 }
@@ -339,6 +368,7 @@ bool FitRun::train_epoch(EpochStats& stats) {
     if (rank_ == 0 && options_.log_every > 0 && global_step_ % options_.log_every == 0) {
       log_progress(stats, loss);
     }
+    if (stragglers_.due()) report_stragglers();
     if (stopping_) break;
     if (options_.checkpoint_every > 0 && global_step_ % options_.checkpoint_every == 0) {
       save_checkpoint(epoch_, batch_in_epoch_);
@@ -363,17 +393,27 @@ double FitRun::step(const data::Batch& batch) {
     }
   } wait_for_vote{stop_vote};
 
+  // Compute time: the step's, less its waits for other ranks (rank 0's buffers, the gradients'
+  // allreduces at the end of backward).
+  const auto start = Clock::now();
   set_learning_rate(*optimizer_, schedule_.at(global_step_));
-  if (has_buffers_) ddp_->sync_buffers();
+  double waits = 0;
+  if (has_buffers_) {
+    ddp_->sync_buffers();
+    waits += seconds_between(start, Clock::now());
+  }
   optimizer_->zero_grad();
   at::Tensor logits;
   {
     detail::AutocastScope autocast(bf16_);
     logits = model_->forward(batch.images);
   }
+  if (test_step_delay_.count() > 0) std::this_thread::sleep_for(test_step_delay_);
   at::Tensor loss = torch::nn::functional::cross_entropy(logits.to(at::kFloat), batch.labels);
   loss.backward();
   optimizer_->step();
+  waits += ddp_->last_backward().wait_seconds;
+  stragglers_.add_step(seconds_between(start, Clock::now()) - waits, waits);
   ++global_step_;
   ++batch_in_epoch_;
   const double loss_value = loss.item<double>();
@@ -399,6 +439,38 @@ void FitRun::log_progress(EpochStats& stats, double loss) {
                           {"step_seconds", window / static_cast<double>(stats.window_steps)}});
   stats.window_start = now;
   stats.window_steps = 0;
+}
+
+void FitRun::report_stragglers() {
+  const detail::StragglerReport report = stragglers_.share(comm_);
+  if (rank_ != 0) return;
+  // At most a few lines, however many ranks lag: the slowest first, the rest counted.
+  constexpr std::size_t kNamed = 5;
+  const Topology& topology = comm_.topology();
+  for (std::size_t i = 0; i < std::min(kNamed, report.stragglers.size()); ++i) {
+    const detail::Straggler& s = report.stragglers[i];
+    log::warn("straggler: {}", detail::describe(s, topology.node_of(s.rank),
+                                                report.median_compute_ms, report.steps));
+  }
+  if (report.stragglers.size() > kNamed) {
+    log::warn("straggler: {} more ranks compute over {:.2f}x the median",
+              report.stragglers.size() - kNamed, stragglers_.threshold());
+  }
+  std::vector<double> named;
+  for (const auto& s : report.stragglers) named.push_back(static_cast<double>(s.rank));
+  // The slowest rank's compute over the median's, whether or not it passed the threshold.
+  double slowest_ratio = 0;
+  if (report.median_compute_ms > 0) {
+    slowest_ratio = *std::max_element(report.compute_ms.begin(), report.compute_ms.end()) /
+                    report.median_compute_ms;
+  }
+  metrics_.write("ranks", {{"step", global_step_},
+                           {"window_steps", report.steps},
+                           {"compute_ms", report.compute_ms},
+                           {"wait_ms", report.wait_ms},
+                           {"median_compute_ms", report.median_compute_ms},
+                           {"stragglers", named},
+                           {"slowest_ratio", slowest_ratio}});
 }
 
 void FitRun::end_epoch(const EpochStats& stats) {

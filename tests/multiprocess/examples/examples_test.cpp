@@ -169,6 +169,19 @@ TEST_F(TrainMnist, BadDataDirectoryExitsWithTheDataCode) {
   EXPECT_EQ(wait_for(q, Clock::now() + 60s), exit_code::kConfig);
 }
 
+// The straggler threshold is a ratio to the median above 1, from the flag or the setting.
+TEST_F(TrainMnist, AStragglerThresholdOfOneOrLessExitsWithTheConfigCode) {
+  Process p = start({TRAIN_MNIST_PATH, "--data", dir_.path(), "--straggler-threshold", "1"}, {},
+                    dir_.file("threshold.log"));
+  EXPECT_EQ(wait_for(p, Clock::now() + 60s), exit_code::kConfig);
+  EXPECT_NE(read_text(p.log).find("the straggler threshold must be above 1"), std::string::npos)
+      << read_text(p.log);
+  Process q = start({TRAIN_MNIST_PATH, "--data", dir_.path()}, {"DDP_STRAGGLER_PERCENT=100"},
+                    dir_.file("percent.log"));
+  EXPECT_EQ(wait_for(q, Clock::now() + 60s), exit_code::kConfig);
+  EXPECT_NE(read_text(q.log).find("DDP_STRAGGLER_PERCENT"), std::string::npos) << read_text(q.log);
+}
+
 // The launcher's error file names the worker's own exception, not a guess from its stderr.
 TEST_F(TrainMnist, UnderDdprunTheErrorFileCarriesTheTrainersException) {
   const std::string error_file = dir_.file("error.json");

@@ -4,8 +4,13 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "ddp/error.h"
 #include "ddp/models/classifier.h"
@@ -101,6 +106,71 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
             "accuracy after training is too low");
       });
   EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+// The "ranks" records of a metrics file: each rank's compute per step, and the stragglers named.
+struct RanksRecord {
+  std::vector<double> compute_ms;
+  std::vector<double> stragglers;
+};
+std::vector<RanksRecord> ranks_records(const std::string& path) {
+  std::vector<RanksRecord> records;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    const auto json = nlohmann::json::parse(line);
+    if (json.at("event") != "ranks") continue;
+    records.push_back({json.at("compute_ms").get<std::vector<double>>(),
+                       json.at("stragglers").get<std::vector<double>>()});
+  }
+  return records;
+}
+
+// 24 steps of 2 ranks with straggler reports every 8; `delay_ms[r]` slows rank r's every step.
+std::vector<RanksRecord> run_with_step_delays(const std::vector<int>& delay_ms,
+                                              const std::string& metrics) {
+  testing::TestStoreServer server;
+  CommOptions comm_options;
+  comm_options.timeout = 30s;
+  auto outcomes = testing::run_with_communicators(
+      server, "gloo", 2, comm_options, 120s, [&](Communicator& comm) {
+        torch::set_num_threads(1);
+        ::setenv("DDP_TEST_STEP_DELAY_MS", std::to_string(delay_ms[comm.rank()]).c_str(), 1);
+        TrainerOptions o = small_options("");
+        o.epochs = 4;  // 6 steps each
+        o.evaluate_each_epoch = false;
+        o.metrics_path = metrics;
+        o.straggler_window = 8;
+        auto model = models::create_model({"mnist_cnn", 1, 12, 12, 4}, 11);
+        const TrainResult result = Trainer(comm, model, synthetic(96, 1), synthetic(8, 2), o).fit();
+        require(result.global_step == 24, "ran " + std::to_string(result.global_step) + " steps");
+      });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+  return ranks_records(metrics);
+}
+
+TEST(Trainer, NamesTheRankThatComputesSlower) {
+  testing::TempDir dir;
+  const auto records = run_with_step_delays({0, 60}, dir.file("metrics.jsonl"));
+  ASSERT_EQ(records.size(), 3u) << "a report every 8 of 24 steps";
+  for (const auto& record : records) {
+    ASSERT_EQ(record.compute_ms.size(), 2u);
+    // Rank 1 computes 60 ms longer each step; rank 0 waits for it instead, which is not compute.
+    EXPECT_GT(record.compute_ms[1], record.compute_ms[0] + 50) << record.compute_ms[0];
+    EXPECT_EQ(record.stragglers, std::vector<double>{1.0});
+  }
+}
+
+TEST(Trainer, NamesNoRankWhenTheyComputeAlike) {
+  testing::TempDir dir;
+  // Both slowed alike, so that a few milliseconds of this machine's noise are no ratio of 1.2.
+  const auto records = run_with_step_delays({60, 60}, dir.file("metrics.jsonl"));
+  ASSERT_EQ(records.size(), 3u);
+  for (const auto& record : records) {
+    EXPECT_GT(record.compute_ms[0], 55.0);
+    EXPECT_GT(record.compute_ms[1], 55.0);
+    EXPECT_TRUE(record.stragglers.empty())
+        << record.compute_ms[0] << " vs " << record.compute_ms[1] << " ms/step";
+  }
 }
 
 TEST(Trainer, ShardedEvaluationEqualsOneProcess) {

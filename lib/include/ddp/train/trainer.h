@@ -6,6 +6,7 @@
 // one, and a graceful stop on SIGTERM: finish the step, checkpoint, report kPreempted.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,12 @@ struct TrainerOptions {
 
   std::string metrics_path;  // JSONL, written by rank 0; empty: none
   int64_t log_every = 100;   // steps between progress lines; 0: none
+  // Straggler reports: every this many steps the ranks share their compute and wait time per
+  // step, rank 0 names each rank whose compute exceeds the median by `straggler_threshold` (a
+  // warning line and a "ranks" metrics record); 0: none. Unset: DDP_STRAGGLER_WINDOW (100) and
+  // DDP_STRAGGLER_PERCENT (120, i.e. 1.2).
+  std::optional<int64_t> straggler_window;
+  std::optional<double> straggler_threshold;
   bool handle_signals = true;
   // Keep freed memory in the heap (see resource_usage.h); a process-wide malloc setting.
   bool tune_malloc = true;
