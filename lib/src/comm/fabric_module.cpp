@@ -20,8 +20,8 @@ static_assert(std::is_same_v<FabricEntryPoint, decltype(&DDP_FABRIC_ENTRY_POINT)
               "FabricEntryPoint (fabric_module.h) and the module's entry point "
               "(fabric_entry_point.h) disagree");
 
-// Next to libddp itself (the build tree and an install prefix both keep them together).
-std::string module_beside_libddp() {
+// Next to libddp_comm itself (the build tree and an install prefix both keep them together).
+std::string module_beside_libddp_comm() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&create_fabric_communicator), &info) == 0 ||
       info.dli_fname == nullptr) {
@@ -37,16 +37,17 @@ FabricEntryPoint load_fabric_entry_point(const std::string& where) {
   void* handle = dlopen(where.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = dlerror();
-    throw ConfigError("cannot load the fabric backend module " + where + " (" +
-                      (why != nullptr ? why : "unknown error") +
-                      "); install it next to libddp (cmake --install) or set DDP_BACKEND=gloo");
+    throw ConfigError(
+        "cannot load the fabric backend module " + where + " (" +
+        (why != nullptr ? why : "unknown error") +
+        "); install it next to libddp_comm (cmake --install) or set DDP_BACKEND=gloo");
   }
   auto entry = reinterpret_cast<FabricEntryPoint>(dlsym(handle, DDP_FABRIC_ENTRY_POINT_NAME));
   if (entry == nullptr) {
     throw ConfigError("the fabric backend module " + where +
-                      " was built from other sources than this libddp (it lacks " +
+                      " was built from other sources than this libddp_comm (it lacks " +
                       DDP_FABRIC_ENTRY_POINT_NAME +
-                      "); rebuild or reinstall libddp and libddp_fabric together");
+                      "); rebuild or reinstall libddp_comm and libddp_fabric together");
   }
   return entry;
 }
@@ -64,7 +65,7 @@ auto with_module(Fn&& fn) {
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (entry == nullptr) {
-      std::string where = module_beside_libddp();
+      std::string where = module_beside_libddp_comm();
       if (where.empty()) where = DDP_FABRIC_MODULE_FILE;  // the loader's search path
       entry = load_fabric_entry_point(where);
     }

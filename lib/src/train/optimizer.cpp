@@ -10,7 +10,7 @@ namespace ddp::train {
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor>& parameters,
                                                         const OptimizerOptions& o) {
   if (!(o.lr > 0)) throw ConfigError("learning rate must be positive, got " + std::to_string(o.lr));
-  if (o.weight_decay < 0) throw ConfigError("weight decay must not be negative");
+  if (!(o.weight_decay >= 0)) throw ConfigError("weight decay must not be negative");
   if (o.name == "sgd") {
     if (o.momentum < 0 || o.momentum >= 1) throw ConfigError("SGD momentum must be in [0, 1)");
     if (o.nesterov && o.momentum == 0) throw ConfigError("Nesterov SGD needs a momentum > 0");
@@ -21,7 +21,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Te
   }
   if (o.name == "adam") {
     // torch::optim would reject these with a c10::Error; a bad option is a configuration error.
-    if (o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1) {
+    if (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1)) {
       throw ConfigError("Adam betas must be in [0, 1), got (" + std::to_string(o.beta1) + ", " +
                         std::to_string(o.beta2) + ")");
     }

@@ -1,4 +1,4 @@
-// libddp loads its fabric module only when the module was built from the same sources: the
+// libddp_comm loads its fabric module only when the module was built from the same sources: the
 // entry point's name carries a hash of the headers both are compiled against.
 #include <gtest/gtest.h>
 
@@ -20,9 +20,9 @@ TEST(FabricModule, AModuleFromOtherSourcesIsRefusedClearly) {
     FAIL() << "a module without this build's entry point was accepted";
   } catch (const ConfigError& e) {
     const std::string message = e.what();
-    EXPECT_NE(message.find("built from other sources than this libddp"), std::string::npos)
+    EXPECT_NE(message.find("built from other sources than this libddp_comm"), std::string::npos)
         << message;
-    EXPECT_NE(message.find("rebuild or reinstall libddp and libddp_fabric together"),
+    EXPECT_NE(message.find("rebuild or reinstall libddp_comm and libddp_fabric together"),
               std::string::npos)
         << message;
   }

@@ -86,7 +86,7 @@ TEST(Factory, DISABLED_ChildBuildsACommunicatorUnderABadIsa) {
 TEST(Factory, AnUnknownReductionVariantFailsTheCommunicatorsConstruction) {
   const auto outcomes = testing::run_ranks(1, std::chrono::seconds(60), [](int) {
     setenv("DDP_ISA", "sse9", 1);
-    execl("/proc/self/exe", "core_test", "--gtest_also_run_disabled_tests",
+    execl("/proc/self/exe", "comm_unit_tests", "--gtest_also_run_disabled_tests",
           "--gtest_filter=Factory.DISABLED_ChildBuildsACommunicatorUnderABadIsa",
           static_cast<char*>(nullptr));
     throw std::runtime_error("cannot run this test binary again");

@@ -149,6 +149,8 @@ TEST(MakeOptimizer, RejectsBadOptionsWithConfigError) {
   o.beta2 = 0.999;
   o.beta1 = -0.5;
   EXPECT_EQ(error_of(o), "Adam betas must be in [0, 1), got (-0.500000, 0.999000)");
+  o.beta1 = std::nan("");
+  EXPECT_EQ(error_of(o), "Adam betas must be in [0, 1), got (nan, 0.999000)");
   o.beta1 = 0.9;
   o.eps = -1e-8;
   EXPECT_EQ(error_of(o), "Adam eps must not be negative");

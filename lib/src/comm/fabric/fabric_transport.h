@@ -135,7 +135,7 @@ class FabricTransport final : public collectives::PeerTransport {
   void post_with_retry(Post&& post, int peer, const char* what, bool receive = false);
   // An empty poll at `now`: checks the awaited peers' liveness when due, and fails the op once its
   // deadline has passed.
-  void check_deadline(Clock::time_point now, int peer, const char* waiting_for);
+  inline void check_deadline(Clock::time_point now, int peer, const char* waiting_for);
   [[noreturn]] void fail_deadline(int peer, const char* waiting_for);
   // Peers with a transfer of this op still in flight, indexed by rank.
   std::vector<bool> awaited_peers() const;
