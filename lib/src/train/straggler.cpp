@@ -34,11 +34,13 @@ std::vector<Straggler> find_stragglers(const std::vector<double>& compute_ms, do
 }
 
 std::string describe(const Straggler& straggler, int node, double median_ms, int64_t steps) {
+  char where[32] = "";
+  if (node >= 0) std::snprintf(where, sizeof where, " (node %d)", node);
   char text[200];
   std::snprintf(text, sizeof text,
-                "rank %d (node %d) computes %.2fx slower than the median (%.1f vs %.1f ms/step "
-                "over %lld steps)",
-                straggler.rank, node, straggler.ratio, straggler.compute_ms, median_ms,
+                "rank %d%s computes %.2fx slower than the median (%.1f vs %.1f ms/step over %lld "
+                "steps)",
+                straggler.rank, where, straggler.ratio, straggler.compute_ms, median_ms,
                 static_cast<long long>(steps));
   return text;
 }

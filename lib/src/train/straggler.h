@@ -37,7 +37,8 @@ struct StragglerReport {
   std::vector<Straggler> stragglers;
 };
 
-// "rank 3 (node 1) computes 1.45x slower than the median (61.0 vs 42.0 ms/step over 200 steps)".
+// "rank 3 (node 1) computes 1.45x slower than the median (61.0 vs 42.0 ms/step over 200 steps)";
+// without "(node N)" when `node` is negative (unknown).
 std::string describe(const Straggler& straggler, int node, double median_ms, int64_t steps);
 
 class StragglerMonitor {

@@ -449,8 +449,9 @@ void FitRun::report_stragglers() {
   const Topology& topology = comm_.topology();
   for (std::size_t i = 0; i < std::min(kNamed, report.stragglers.size()); ++i) {
     const detail::Straggler& s = report.stragglers[i];
-    log::warn("straggler: {}", detail::describe(s, topology.node_of(s.rank),
-                                                report.median_compute_ms, report.steps));
+    // A communicator that knows no topology (one a program implements itself) names no node.
+    const int node = topology.size() == world_ ? topology.node_of(s.rank) : -1;
+    log::warn("straggler: {}", detail::describe(s, node, report.median_compute_ms, report.steps));
   }
   if (report.stragglers.size() > kNamed) {
     log::warn("straggler: {} more ranks compute over {:.2f}x the median",

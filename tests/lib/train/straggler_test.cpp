@@ -42,6 +42,8 @@ TEST(Straggler, OneLineNamesRankNodeRatioAndWindow) {
   EXPECT_EQ(describe({3, 61.0, 61.0 / 42.0}, 1, 42.0, 200),
             "rank 3 (node 1) computes 1.45x slower than the median (61.0 vs 42.0 ms/step over "
             "200 steps)");
+  EXPECT_EQ(describe({0, 30.0, 1.5}, -1, 20.0, 8),
+            "rank 0 computes 1.50x slower than the median (30.0 vs 20.0 ms/step over 8 steps)");
 }
 
 TEST(StragglerMonitor, ReportsEveryWindowWithEachRanksMeans) {
