@@ -106,12 +106,18 @@ std::vector<VariantFactory> all_variants(int world) {
   v.push_back(ddp_variant("ddp_gloo_no_rounds", "gloo", {{"DDP_DIRECT_BYTES", "0"}}));
   v.push_back(ddp_variant("ddp_gloo_avg", "gloo", {}, ReduceOp::kAvg));
   v.push_back(ddp_variant("ddp_gloo_bf16", "gloo", {}, ReduceOp::kSum, DataType::kBFloat16));
+  // The flight recorder's cost: off, and in a file as under ddprun (ddp_gloo keeps it in memory).
+  v.push_back(ddp_variant("ddp_gloo_unrecorded", "gloo", {{"DDP_FLIGHT_RECORDER_ENTRIES", "0"}}));
+  v.push_back(ddp_variant("ddp_gloo_recorder_file", "gloo",
+                          {{"DDP_FLIGHT_RECORDER_FILE", "/tmp/ddp-bench-flight-recorder.bin"}}));
   const auto backends = available_backends();
   if (std::find(backends.begin(), backends.end(), "fabric") != backends.end()) {
     const std::vector<std::pair<std::string, std::string>> shm{{"DDP_FABRIC_PROVIDER", "shm"}};
     const std::vector<std::pair<std::string, std::string>> tcp{
         {"DDP_FABRIC_PROVIDER", "tcp;ofi_rxm"}};
     v.push_back(ddp_variant("ddp_fabric_shm", "fabric", shm));
+    v.push_back(ddp_variant("ddp_fabric_shm_unrecorded", "fabric",
+                            {shm[0], {"DDP_FLIGHT_RECORDER_ENTRIES", "0"}}));
     v.push_back(ddp_variant("ddp_fabric_tcp", "fabric", tcp));
     v.push_back(ddp_variant("ddp_fabric_shm_avg", "fabric", shm, ReduceOp::kAvg));
     v.push_back(ddp_variant("ddp_fabric_tcp_avg", "fabric", tcp, ReduceOp::kAvg));

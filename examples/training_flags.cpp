@@ -71,6 +71,12 @@ void add_training_flags(cxxopts::Options& options, const TrainingDefaults& d) {
      "DDP_STRAGGLER_WINDOW, else 100)", cxxopts::value<int64_t>())
     ("straggler-threshold", "Name a rank whose compute per step exceeds the median rank's by "
      "this ratio (default DDP_STRAGGLER_PERCENT / 100, else 1.2)", cxxopts::value<double>())
+    ("trace-steps", "Write a Chrome trace of steps A:B (numbered from 1) per rank: data wait, "
+     "forward, backward, optimizer, checkpoint and every collective", cxxopts::value<std::string>())
+    ("trace-dir", "Folder of the traces (default DDP_TRACE_DIR, which ddprun sets and merges, "
+     "else the current directory)", cxxopts::value<std::string>())
+    ("hang-warn-sec", "Under ddprun: diagnose a hang once a collective has waited this many "
+     "seconds (0: never; default DDP_HANG_WARN_SEC, else 60)", cxxopts::value<int64_t>())
     ("h,help", "Show this help");
   // clang-format on
 }
@@ -115,6 +121,9 @@ ddp::train::TrainerOptions trainer_options_from(const cxxopts::ParseResult& f) {
   o.metrics_path = f["metrics"].as<std::string>();
   o.log_every = f["log-every"].as<int64_t>();
   if (f.count("straggler-window")) o.straggler_window = f["straggler-window"].as<int64_t>();
+  if (f.count("trace-steps")) o.trace_steps = f["trace-steps"].as<std::string>();
+  if (f.count("trace-dir")) o.trace_dir = f["trace-dir"].as<std::string>();
+  if (f.count("hang-warn-sec")) o.hang_warn_sec = f["hang-warn-sec"].as<int64_t>();
   if (f.count("straggler-threshold")) {
     o.straggler_threshold = f["straggler-threshold"].as<double>();
   }

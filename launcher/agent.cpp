@@ -16,6 +16,7 @@
 #include "rendezvous.h"
 #include "store_rendezvous.h"
 #include "supervisor.h"
+#include "trace_merge.h"
 #include "worker_process.h"
 
 namespace ddprun {
@@ -46,6 +47,34 @@ std::string make_log_root(const LaunchConfig& config, bool& temporary) {
                            "'; set --log-dir or TMPDIR to a writable directory");
   }
   return pattern;
+}
+
+// This node's workers' --trace-steps timelines of the round, for node 0 to merge.
+void publish_timeline(Rendezvous& rendezvous, const NodeAssignment& node, const std::string& dir) {
+  try {
+    const auto traces = read_local_traces(dir);
+    if (!traces.empty()) publish_traces(*rendezvous.round_store(node.round, "trace"), traces);
+  } catch (const std::exception& e) {
+    ddp::log::warn("could not publish this node's traces for merging: {}", e.what());
+  }
+}
+
+// Node 0: the round's timeline, when any worker traced steps; true when written (its folder is
+// then kept).
+bool merge_timeline(Rendezvous& rendezvous, const NodeAssignment& node,
+                    const std::string& log_root) {
+  try {
+    const std::string path = log_root + "/trace.json";
+    const int ranks =
+        merge_published_traces(*rendezvous.round_store(node.round, "trace"), node.world_size, path);
+    if (ranks == 0) return false;
+    ddp::log::info("timeline of {} ranks: {} (open it in ui.perfetto.dev or chrome://tracing)",
+                   ranks, path);
+    return true;
+  } catch (const std::exception& e) {
+    ddp::log::warn("could not merge the ranks' traces: {}", e.what());
+    return false;
+  }
 }
 
 // A port free a moment ago, for a --standalone store whose workers start before it is up.
@@ -118,6 +147,7 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
       }
       RoundOutcome outcome = supervisor.supervise(node, rendezvous);
       if (outcome.kind == RoundOutcome::Kind::kSucceeded) {
+        publish_timeline(rendezvous, node, supervisor.trace_dir(node.round));
         if (auto failure = rendezvous.finish(node.round, node.group_world_size)) {
           ddp::log::error("this node's workers finished, but the group failed: {}",
                           failure->headline());
@@ -126,7 +156,8 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
         } else {
           ddp::log::info("all {} workers of {} nodes finished", node.world_size,
                          node.group_world_size);
-          if (temporary_logs && !writes_log_files) std::filesystem::remove_all(log_root);
+          const bool merged = node.group_rank == 0 && merge_timeline(rendezvous, node, log_root);
+          if (temporary_logs && !writes_log_files && !merged) std::filesystem::remove_all(log_root);
           return ddp::exit_code::kSuccess;
         }
       }

@@ -42,6 +42,7 @@ std::string FailureReport::to_json() const {
             {"message", message},
             {"stderr_tail", stderr_tail},
             {"worker_error_json", worker_error_json},
+            {"hang_diagnosis", hang_diagnosis},
             {"timestamp", timestamp}};
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -65,6 +66,7 @@ FailureReport FailureReport::from_json(const std::string& text) {
   r.message = j.value("message", "");
   r.stderr_tail = j.value("stderr_tail", std::vector<std::string>{});
   r.worker_error_json = j.value("worker_error_json", "");
+  r.hang_diagnosis = j.value("hang_diagnosis", "");
   r.timestamp = j.value("timestamp", 0LL);
   return r;
 }
@@ -96,6 +98,11 @@ std::string FailureReport::summary() const {
     out << "  last " << stderr_tail.size() << " line" << (stderr_tail.size() == 1 ? "" : "s")
         << " of its stderr:\n";
     for (const auto& line : stderr_tail) out << "    " << line << "\n";
+  }
+  if (!hang_diagnosis.empty()) {
+    out << "  a hang preceded it:\n";
+    std::istringstream lines(hang_diagnosis);
+    for (std::string line; std::getline(lines, line);) out << "    " << line << "\n";
   }
   return out.str();
 }
@@ -143,6 +150,7 @@ void write_error_file(const std::string& path, const FailureReport& report) {
                         {"signal", report.signal == 0 ? "" : signal_name(report.signal)},
                         {"stderr_tail", tail}}}};
   }
+  if (!report.hang_diagnosis.empty()) out["hang_diagnosis"] = report.hang_diagnosis;
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
   file << out.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
 }

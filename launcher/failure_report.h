@@ -20,6 +20,7 @@ struct FailureReport {
   std::string message;  // the worker's own error message when it wrote an error file
   std::vector<std::string> stderr_tail;
   std::string worker_error_json;  // the worker's error file, verbatim, when it wrote one
+  std::string hang_diagnosis;     // the round's hang diagnosis, when one preceded the failure
   long long timestamp = 0;        // seconds since the epoch
 
   // A worker that exited with ddp::exit_code::kComm: a collective failed, usually because a

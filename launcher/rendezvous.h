@@ -9,6 +9,7 @@
 // at the maximum node count (or at the minimum after last_call_timeout), and members are
 // ordered by node rank (join order for nodes without one, kept across rounds). Any agent can
 // publish the round's failure; all others see it within --monitor-interval and stop.
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -16,6 +17,10 @@
 #include "host_facts.h"
 #include "launch_config.h"
 #include "worker_env.h"
+
+namespace ddp {
+class Store;
+}
 
 namespace ddprun {
 
@@ -56,6 +61,8 @@ class Rendezvous {
   // the store before.
   virtual void linger_until_settled(int round, int nodes) = 0;
   virtual void linger_until_stopped(int round, int nodes) = 0;
+  // The round's keys under `topic` (e.g. the hang diagnosis's, hang_watch.h).
+  virtual std::shared_ptr<ddp::Store> round_store(int round, const std::string& topic) = 0;
 };
 
 }  // namespace ddprun

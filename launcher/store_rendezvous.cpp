@@ -159,6 +159,10 @@ void StoreRendezvous::connect_with_retry(Clock::time_point deadline) {
   }
 }
 
+std::shared_ptr<ddp::Store> StoreRendezvous::round_store(int round, const std::string& topic) {
+  return store_->with_prefix(key(round, topic));
+}
+
 std::string StoreRendezvous::key(int round, const std::string& name) const {
   return "round" + std::to_string(round) + "/" + name;
 }

@@ -34,6 +34,7 @@ class StoreRendezvous : public Rendezvous {
   std::optional<FailureReport> finish(int round, int nodes) override;
   void linger_until_settled(int round, int nodes) override;
   void linger_until_stopped(int round, int nodes) override;
+  std::shared_ptr<ddp::Store> round_store(int round, const std::string& topic) override;
 
  private:
   NodeAssignment try_join(int round, std::chrono::steady_clock::time_point deadline, bool& late);

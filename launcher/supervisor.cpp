@@ -13,6 +13,7 @@
 
 #include "ddp/error.h"
 #include "ddp/log.h"
+#include "hang_watch.h"
 #include "round_state.h"
 #include "worker_output.h"
 #include "worker_process.h"
@@ -47,6 +48,7 @@ struct Supervisor::Worker {
   int local_rank = 0;
   int rank = 0;
   std::string error_file;
+  std::string recorder_file;  // DDP_FLIGHT_RECORDER_FILE: the worker's flight recorder
   std::unique_ptr<WorkerProcess> process;
   std::unique_ptr<WorkerOutput> out;
   std::unique_ptr<WorkerOutput> err;
@@ -65,6 +67,11 @@ Supervisor::~Supervisor() = default;
 
 std::string Supervisor::worker_dir(int round, int local_rank) const {
   return log_root_ + "/attempt_" + std::to_string(round) + "/" + std::to_string(local_rank);
+}
+
+std::string Supervisor::trace_dir(int round) const {
+  if (agent_env_.count("DDP_TRACE_DIR") != 0) return "";
+  return log_root_ + "/attempt_" + std::to_string(round);
 }
 
 bool Supervisor::started_for(const NodeAssignment& node) const {
@@ -90,6 +97,8 @@ void Supervisor::start(const NodeAssignment& node, const std::string& store_host
     std::filesystem::create_directories(dir);
     w.error_file = dir + "/error.json";
     std::filesystem::remove(w.error_file);  // a stale file would be taken for this run's error
+    w.recorder_file = dir + "/flight_recorder.bin";
+    std::filesystem::remove(w.recorder_file);
     const unsigned redirected = config_.redirects.for_rank(lr);
     const unsigned to_file = redirected | config_.tee.for_rank(lr);
     const bool shown = !config_.local_ranks_filter || config_.local_ranks_filter->count(lr) != 0;
@@ -99,8 +108,12 @@ void Supervisor::start(const NodeAssignment& node, const std::string& store_host
     w.err = std::make_unique<WorkerOutput>(
         w.rank, shown && !(redirected & kStderr) ? STDERR_FILENO : -1,
         to_file & kStderr ? dir + "/stderr.log" : "", kStderrTailLines);
-    const EnvMap env =
+    EnvMap env =
         worker_environment(agent_env_, config_, node, {lr, w.error_file}, store_host, store_port);
+    env["DDP_FLIGHT_RECORDER_FILE"] = w.recorder_file;
+    if (const std::string traces = trace_dir(node.round); !traces.empty()) {
+      env["DDP_TRACE_DIR"] = traces;
+    }
     w.process = std::make_unique<WorkerProcess>(argv, env);
     workers_.push_back(std::move(w));
   }
@@ -132,6 +145,15 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
       return mine;
     }
   };
+
+  std::vector<WatchedWorker> watched;
+  for (const auto& w : workers) {
+    watched.push_back({w.rank, w.local_rank, static_cast<int>(w.process->pid()), w.recorder_file});
+  }
+  HangWatch::Options hang_options;
+  hang_options.period = std::max(hang_options.period, config_.monitor_interval);
+  HangWatch hangs(rendezvous.round_store(node.round, "hang"), node.group_rank,
+                  node.group_world_size, hostname_, std::move(watched), hang_options);
 
   for (;;) {
     bool pipes_open = false;
@@ -198,6 +220,7 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
         r.message = file->first;
         r.worker_error_json = file->second.substr(0, 256 * 1024);
       }
+      r.hang_diagnosis = hangs.diagnosis();
       const FailureReport root_cause = publish(r);
       if (root_cause.to_json() == r.to_json()) {
         ddp::log::error("{}; stopping this node's workers", r.headline());
@@ -215,6 +238,7 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
                      config_.shutdown_timeout.count() / 1000.0);
     }
     act(due);
+    if (round.state() == RoundState::kRunning && any_running) hangs.tick(now);
     if (round.monitor_due(now, any_running)) {
       try {
         if (auto f = rendezvous.failure(node.round)) {
@@ -239,7 +263,11 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
     }
   }
   started_.reset();
-  return round.outcome();
+  RoundOutcome outcome = round.outcome();
+  if (outcome.root_cause && outcome.root_cause->hang_diagnosis.empty()) {
+    outcome.root_cause->hang_diagnosis = hangs.diagnosis();
+  }
+  return outcome;
 }
 
 }  // namespace ddprun

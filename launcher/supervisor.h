@@ -39,6 +39,9 @@ class Supervisor {
 
   // The folder of one worker's logs and error file in a round.
   std::string worker_dir(int round, int local_rank) const;
+  // Where this node's workers write their --trace-steps timelines in a round (DDP_TRACE_DIR);
+  // "" when the agent's environment sets DDP_TRACE_DIR itself (ddprun then leaves them alone).
+  std::string trace_dir(int round) const;
 
  private:
   struct Worker;

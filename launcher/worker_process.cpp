@@ -78,6 +78,10 @@ WorkerProcess::WorkerProcess(const std::vector<std::string>& argv, const EnvMap&
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);  // the agent died before prctl took effect
+    // Where Yama restricts ptrace to ancestors (ptrace_scope 1), the agent and what it runs
+    // (eu-stack, gdb) may still take this worker's stacks for a hang diagnosis. A harmless
+    // EINVAL without Yama.
+    prctl(PR_SET_PTRACER, parent, 0, 0, 0);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -69,13 +69,31 @@ std::optional<std::string> checked(const Setting& s) {
 }  // namespace
 
 const std::vector<const Setting*>& all() {
-  static const std::vector<const Setting*> settings{
-      &kBackend,          &kTimeoutSec,    &kSocketIfname, &kFabricProvider,
-      &kCollectives,      &kAlgorithm,     &kDirectBytes,  &kRingThreshold,
-      &kChunkBytes,       &kPipelineDepth, &kRingOrder,    &kHierarchySliceBytes,
-      &kStoreProtocol,    &kIsa,           &kLogLevel,     &kStragglerWindow,
-      &kStragglerPercent, &kNnodes,        &kTestHostId,   &kTestCpuBf16,
-      &kTestStepDelayMs};
+  static const std::vector<const Setting*> settings{&kBackend,
+                                                    &kTimeoutSec,
+                                                    &kSocketIfname,
+                                                    &kFabricProvider,
+                                                    &kCollectives,
+                                                    &kAlgorithm,
+                                                    &kDirectBytes,
+                                                    &kRingThreshold,
+                                                    &kChunkBytes,
+                                                    &kPipelineDepth,
+                                                    &kRingOrder,
+                                                    &kHierarchySliceBytes,
+                                                    &kHangWarnSec,
+                                                    &kFlightRecorderEntries,
+                                                    &kFlightRecorderFile,
+                                                    &kStoreProtocol,
+                                                    &kIsa,
+                                                    &kLogLevel,
+                                                    &kStragglerWindow,
+                                                    &kStragglerPercent,
+                                                    &kTraceDir,
+                                                    &kNnodes,
+                                                    &kTestHostId,
+                                                    &kTestCpuBf16,
+                                                    &kTestStepDelayMs};
   return settings;
 }
 

@@ -175,6 +175,42 @@ inline constexpr Setting kHierarchySliceBytes{
     "From this payload up a hierarchical allreduce sends each local rank's slice across nodes; "
     "below it every local rank sends the whole node-reduced buffer."};
 
+// --- The flight recorder and hang warnings (launcher/README.md, "Hang diagnosis") ---------------
+inline constexpr Setting kHangWarnSec{
+    "DDP_HANG_WARN_SEC",
+    Type::kInteger,
+    "60",
+    0,
+    7 * 24 * 3600,
+    "",
+    "",
+    "library",
+    "A collective that has waited this many seconds (at most 3/4 of DDP_TIMEOUT_SEC) makes ddprun "
+    "gather every rank's flight recorder and name the rank holding the others up; 0 turns it "
+    "off (TrainerOptions::hang_warn_sec wins)."};
+inline constexpr Setting kFlightRecorderEntries{
+    "DDP_FLIGHT_RECORDER_ENTRIES",
+    Type::kInteger,
+    "256",
+    0,
+    1L << 20,
+    "",
+    "",
+    "library",
+    "Collectives each communicator's flight recorder keeps (about 100 bytes each); 0 records "
+    "nothing, which also blinds the hang diagnosis."};
+inline constexpr Setting kFlightRecorderFile{
+    "DDP_FLIGHT_RECORDER_FILE",
+    Type::kText,
+    "none (ddprun sets one per worker; else private memory)",
+    0,
+    0,
+    "",
+    "",
+    "library",
+    "The file the first communicator of a process keeps its flight recorder in, shared with the "
+    "agent that reads it; it stays after the worker exits."};
+
 // --- The rendezvous store ----------------------------------------------------------------------
 inline constexpr Setting kStoreProtocol{
     "DDP_STORE_PROTOCOL",
@@ -233,6 +269,18 @@ inline constexpr Setting kStragglerPercent{
     "library",
     "A rank is named a straggler when its compute per step exceeds the median rank's by this "
     "percentage: 120 is 1.2x (TrainerOptions::straggler_threshold wins)."};
+
+inline constexpr Setting kTraceDir{
+    "DDP_TRACE_DIR",
+    Type::kText,
+    "the current directory (ddprun sets its run's log folder)",
+    0,
+    0,
+    "",
+    "",
+    "library",
+    "Where the trainer's --trace-steps writes trace-rank<R>.json (TrainerOptions::trace_dir "
+    "wins); ddprun merges a run's files into one trace.json."};
 
 // --- The launcher ------------------------------------------------------------------------------
 inline constexpr Setting kNnodes{

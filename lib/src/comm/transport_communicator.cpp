@@ -28,9 +28,15 @@ void TransportCommunicator::connect(const std::shared_ptr<Store>& store,
     const std::string node = std::to_string(topology.node());
     local_ = connect_node(store->with_prefix("node" + node), topology.local_rank(),
                           topology.local_size(), "inside node " + node);
+    local_.transport->set_global_ranks(topology.members(topology.node()));
     const std::string local_rank = std::to_string(topology.local_rank());
     cross_ = connect_level(store->with_prefix("local" + local_rank), topology.node(),
                            topology.nodes(), "between nodes, local rank " + local_rank);
+    std::vector<int> cross_ranks;
+    for (int n = 0; n < topology.nodes(); ++n) {
+      cross_ranks.push_back(topology.members(n)[static_cast<std::size_t>(topology.local_rank())]);
+    }
+    cross_.transport->set_global_ranks(std::move(cross_ranks));
   }
   announce_topology(std::move(topology), decision.hierarchical,
                     collectives::describe(decision, local_.provider, cross_.provider),
@@ -60,7 +66,11 @@ collectives::Hierarchy TransportCommunicator::levels() const {
 
 void TransportCommunicator::do_allreduce(Buffer buffer, ReduceOp op) {
   guarded([&] {
-    if (hierarchical()) return collectives::allreduce_hierarchical(levels(), buffer, op);
+    if (hierarchical()) {
+      constexpr auto kTwoLevel = flight::name_code("2-level");
+      flight::Recorder::note_algorithm(kTwoLevel);
+      return collectives::allreduce_hierarchical(levels(), buffer, op);
+    }
     collectives::allreduce(*job_.transport, buffer, op, job_.config);
   });
 }

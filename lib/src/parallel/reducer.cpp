@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "ddp/error.h"
+#include "ddp/flight_recorder.h"
 #include "parallel/bucket_assignment.h"
 
 namespace ddp::detail {
@@ -195,6 +196,8 @@ int Reducer::launch_ready_buckets() {
 }
 
 void Reducer::launch(Bucket& bucket) {
+  // Names the op in the flight recorder, so that a hang diagnosis says which bucket it is.
+  const flight::OpLabel label("bucket", &bucket - buckets_.data());
   if (options_.compression == GradientCompression::kBFloat16) {
     // PyTorch's bf16_compress_hook: divide first (in full precision), round, sum on the wire.
     bucket.flat.mul_(1.0 / comm_.size());

@@ -21,6 +21,7 @@
 #include "ddp/train/stop_signal.h"
 #include "train/autocast_scope.h"
 #include "train/bf16_support.h"
+#include "train/step_trace.h"
 #include "train/straggler.h"
 
 namespace ddp::train {
@@ -89,6 +90,17 @@ bool any_rank(Communicator& comm, bool value) {
   return flag[0] != 0;
 }
 
+// The timeline of --trace-steps, into trace_dir, else DDP_TRACE_DIR, else the current directory.
+detail::StepTrace make_step_trace(const TrainerOptions& options, const Communicator& comm) {
+  if (options.trace_steps.empty()) return detail::StepTrace(std::nullopt, "", comm.rank(), -1);
+  const std::string dir = !options.trace_dir.empty()
+                              ? options.trace_dir
+                              : settings::text(settings::kTraceDir).value_or(".");
+  return detail::StepTrace(detail::parse_step_range(options.trace_steps),
+                           dir + "/trace-rank" + std::to_string(comm.rank()) + ".json", comm.rank(),
+                           comm.topology().node());
+}
+
 // The straggler reports' window and threshold: the options, else the settings, else 100 steps
 // and 1.2.
 detail::StragglerMonitor make_straggler_monitor(const TrainerOptions& options) {
@@ -127,6 +139,11 @@ Trainer::Trainer(Communicator& comm, std::shared_ptr<models::Classifier> model,
     throw ConfigError("checkpoint interval, step limit and log interval must not be negative");
   }
   (void)make_straggler_monitor(options_);  // checks the straggler options
+  if (!options_.trace_steps.empty()) (void)detail::parse_step_range(options_.trace_steps);
+  if (options_.hang_warn_sec) {
+    if (*options_.hang_warn_sec < 0) throw ConfigError("the hang warning must not be negative");
+    comm_.set_hang_warning(std::chrono::seconds(*options_.hang_warn_sec));
+  }
   const auto& spec = model_->spec();
   if (spec.in_channels != train_set_.channels() || spec.height != train_set_.height() ||
       spec.width != train_set_.width() || spec.num_classes != train_set_.num_classes()) {
@@ -217,6 +234,7 @@ class FitRun {
   bool first_step_done_ = false;
   bool stopping_ = false;
   detail::StragglerMonitor stragglers_;
+  detail::StepTrace trace_;
   // DDP_TEST_STEP_DELAY_MS: this rank computes each step this much longer (tests only).
   const std::chrono::milliseconds test_step_delay_;
 };
@@ -241,6 +259,7 @@ FitRun::FitRun(Communicator& comm, std::shared_ptr<models::Classifier> model,
       schedule_(options.optimizer.lr, planned_steps_, steps_per_epoch_, options.schedule),
       checkpoints_(options.checkpoint_dir, options.keep_checkpoints),
       stragglers_(make_straggler_monitor(options)),
+      trace_(make_step_trace(options, comm)),
       test_step_delay_(settings::integer(settings::kTestStepDelayMs).value_or(0)) {
   if (rank_ == 0 && !options_.metrics_path.empty()) metrics_ = MetricsLog(options_.metrics_path);
   seed_rng(data::mix_seed(options_.seed, 0x5eed, static_cast<uint64_t>(rank_)));
@@ -350,8 +369,10 @@ void FitRun::prepare() {
 
 bool FitRun::train_epoch(EpochStats& stats) {
   while (global_step_ < last_step_) {
+    const auto data_start = Clock::now();
     std::optional<data::Batch> batch = loader_.next();
     if (!batch) break;
+    trace_.span("data wait", data_start, Clock::now(), global_step_ + 1);
     const double loss = step(*batch);
     stats.loss_sum += loss;
     ++stats.loss_count;
@@ -373,14 +394,20 @@ bool FitRun::train_epoch(EpochStats& stats) {
     if (options_.checkpoint_every > 0 && global_step_ % options_.checkpoint_every == 0) {
       save_checkpoint(epoch_, batch_in_epoch_);
     }
+    trace_.write_after(global_step_);
   }
   return !stopping_ && batch_in_epoch_ >= steps_per_epoch_;
 }
 
 double FitRun::step(const data::Batch& batch) {
+  const int64_t step_number = global_step_ + 1;
+  trace_.begin_step(comm_, step_number);
   // Agree on stopping while this step computes: every rank leaves after the same step.
   stop_flag_[0] = stop_requested() ? 1 : 0;
-  Work stop_vote = comm_.allreduce_async(stop_flag_, ReduceOp::kMax);
+  Work stop_vote = [&] {
+    const flight::OpLabel label("stopvote", -1);
+    return comm_.allreduce_async(stop_flag_, ReduceOp::kMax);
+  }();
   // The vote writes into stop_flag_: never leave this scope (even by an exception) before it
   // completes.
   struct WaitForVote {
@@ -401,8 +428,10 @@ double FitRun::step(const data::Batch& batch) {
   if (has_buffers_) {
     ddp_->sync_buffers();
     waits += seconds_between(start, Clock::now());
+    trace_.span("sync buffers", start, Clock::now(), step_number);
   }
   optimizer_->zero_grad();
+  const auto forward_start = Clock::now();
   at::Tensor logits;
   {
     detail::AutocastScope autocast(bf16_);
@@ -410,8 +439,13 @@ double FitRun::step(const data::Batch& batch) {
   }
   if (test_step_delay_.count() > 0) std::this_thread::sleep_for(test_step_delay_);
   at::Tensor loss = torch::nn::functional::cross_entropy(logits.to(at::kFloat), batch.labels);
+  const auto backward_start = Clock::now();
+  trace_.span("forward", forward_start, backward_start, step_number);
   loss.backward();
+  const auto optimizer_start = Clock::now();
+  trace_.span("backward", backward_start, optimizer_start, step_number);
   optimizer_->step();
+  trace_.span("optimizer step", optimizer_start, Clock::now(), step_number);
   waits += ddp_->last_backward().wait_seconds;
   stragglers_.add_step(seconds_between(start, Clock::now()) - waits, waits);
   ++global_step_;
@@ -419,6 +453,7 @@ double FitRun::step(const data::Batch& batch) {
   const double loss_value = loss.item<double>();
   stop_vote.wait();
   stopping_ = stop_flag_[0] != 0;
+  trace_.end_step(comm_, step_number);
   return loss_value;
 }
 
@@ -535,6 +570,7 @@ void FitRun::save_checkpoint(int64_t at_epoch, int64_t at_batch) {
   const std::string path =
       checkpoints_.save(global_step_, serialize_checkpoint(checkpoint, *model_, optimizer_.get()));
   const double seconds = seconds_between(start, Clock::now());
+  trace_.span("checkpoint", start, Clock::now(), global_step_);
   log::info("checkpoint {} ({:.2f} s)", path, seconds);
   metrics_.write("checkpoint", {{"path", path}, {"step", global_step_}, {"seconds", seconds}});
 }
@@ -550,6 +586,7 @@ TrainResult FitRun::finish() {
     save_checkpoint(epoch_, batch_in_epoch_);
   }
   result_.global_step = global_step_;
+  trace_.write_after(trace_.last_step());  // a run that ended inside the range: what it traced
 
   std::vector<double> mine{peak_rss_mib()};
   std::vector<double> peaks(world_);

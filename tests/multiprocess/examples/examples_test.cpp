@@ -5,9 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -204,6 +207,37 @@ TEST_F(TrainMnist, TwoRanksUnderDdprun) {
   ASSERT_EQ(wait_for(p, Clock::now() + 120s), 0) << read_text(p.log);
   const std::string out = read_text(p.log);
   EXPECT_NE(out.find("test accuracy"), std::string::npos) << out;
+}
+
+// --trace-steps under ddprun: the ranks' traces become one file with a track per rank.
+TEST_F(TrainMnist, DdprunMergesTheRanksTimelines) {
+  Process p = start({DDPRUN_PATH, "--standalone", "--nproc-per-node", "2", TRAIN_MNIST_PATH,
+                     "--data", dir_.path(), "--epochs", "1", "--train-subset", "512", "--threads",
+                     "1", "--trace-steps", "2:3", "--bucket-cap-mb", "0.1"},
+                    {"TMPDIR=" + dir_.path()}, dir_.file("ddprun-trace.log"));
+  ASSERT_EQ(wait_for(p, Clock::now() + 120s), 0) << read_text(p.log);
+  const std::string out = read_text(p.log);
+  const std::string marker = "timeline of 2 ranks: ";
+  const auto at = out.find(marker);
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string path =
+      out.substr(at + marker.size(), out.find(' ', at + marker.size()) - (at + marker.size()));
+  const auto doc = nlohmann::json::parse(read_text(path), nullptr, false);
+  ASSERT_TRUE(doc.is_object()) << path;
+  std::map<int, std::set<std::string>> names;  // rank -> span names
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "X") names[e["pid"].get<int>()].insert(e["name"].get<std::string>());
+  }
+  ASSERT_EQ(names.size(), 2u) << doc.dump().substr(0, 2000);
+  for (const auto& [rank, spans] : names) {
+    for (const char* name : {"data wait", "forward", "backward", "optimizer step"}) {
+      EXPECT_EQ(spans.count(name), 1u) << name << " on rank " << rank;
+    }
+    EXPECT_TRUE(
+        std::any_of(spans.begin(), spans.end(),
+                    [](const std::string& n) { return n.rfind("allreduce bucket", 0) == 0; }))
+        << "rank " << rank;
+  }
 }
 
 }  // namespace

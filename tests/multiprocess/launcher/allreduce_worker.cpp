@@ -6,10 +6,15 @@
 //   --first-attempt-only  apply --fail-rank only when TORCHELASTIC_RESTART_COUNT is 0
 //   --topology            print the communicator's topology and whether its collectives are
 //                         hierarchical, and allreduce (sum and avg) 1,000,003 floats exactly too
+//   --hang-rank R --hang-at K --hang-mode sleep|skip|stop [--hang-seconds S]
+//                         before iteration K's allreduce, rank R sleeps S seconds (default 10),
+//                         skips that allreduce (the others then wait for it at the end), or
+//                         stops itself with SIGSTOP; the hang diagnosis tests
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +43,10 @@ int main(int argc, char** argv) {
   int fail_rank = -1;
   int exit_code = 1;
   bool topology = false;
+  int hang_rank = -1;
+  int hang_at = 0;
+  int hang_seconds = 10;
+  std::string hang_mode;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
@@ -55,6 +64,14 @@ int main(int argc, char** argv) {
       exit_code = next();
     else if (a == "--topology")
       topology = true;
+    else if (a == "--hang-rank")
+      hang_rank = next();
+    else if (a == "--hang-at")
+      hang_at = next();
+    else if (a == "--hang-seconds")
+      hang_seconds = next();
+    else if (a == "--hang-mode" && i + 1 < argc)
+      hang_mode = argv[++i];
   }
   try {
     auto group = ddp::init_process_group();
@@ -93,10 +110,21 @@ int main(int argc, char** argv) {
       }
       std::printf("rank=%d large allreduce ok\n", rank);
     }
+    std::printf("rank=%d ops_before_loop=%llu\n", rank,
+                static_cast<unsigned long long>(group.comm->flight_recorder().snapshot().begun));
     std::fflush(stdout);
     const double expected = world * (world + 1) / 2.0;
     for (int it = 0; it < iterations; ++it) {
       std::vector<float> value = {static_cast<float>(rank + 1)};
+      if (rank == hang_rank && it == hang_at) {
+        std::printf(
+            "rank=%d hangs (%s) before allreduce #%llu\n", rank, hang_mode.c_str(),
+            static_cast<unsigned long long>(group.comm->flight_recorder().snapshot().begun + 1));
+        std::fflush(stdout);
+        if (hang_mode == "stop") raise(SIGSTOP);
+        if (hang_mode == "sleep") std::this_thread::sleep_for(std::chrono::seconds(hang_seconds));
+        if (hang_mode == "skip") continue;
+      }
       group.comm->allreduce(value);
       if (it == 0) std::printf("first_allreduce_unix_ns=%lld rank=%d\n", unix_ns(), rank);
       if (value[0] != expected) {

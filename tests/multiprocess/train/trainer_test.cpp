@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -170,6 +172,60 @@ TEST(Trainer, NamesNoRankWhenTheyComputeAlike) {
     EXPECT_GT(record.compute_ms[1], 55.0);
     EXPECT_TRUE(record.stragglers.empty())
         << record.compute_ms[0] << " vs " << record.compute_ms[1] << " ms/step";
+  }
+}
+
+// --trace-steps: each rank's Chrome trace of the traced steps, whose bucket allreduces (on the
+// collectives track) start while backward still runs.
+TEST(Trainer, TracesTheStepsWithBucketAllreducesOverlappingBackward) {
+  testing::TempDir dir;
+  testing::TestStoreServer server;
+  CommOptions comm_options;
+  comm_options.timeout = 30s;
+  auto outcomes = testing::run_with_communicators(
+      server, "gloo", 2, comm_options, 120s, [&](Communicator& comm) {
+        torch::set_num_threads(1);
+        TrainerOptions o = small_options("");
+        o.epochs = 1;
+        o.evaluate_each_epoch = false;
+        o.trace_steps = "3:4";
+        o.trace_dir = dir.path();
+        // Small buckets: several per step, the first ones complete early in backward.
+        o.ddp.first_bucket_cap_bytes = 8 << 10;
+        o.ddp.bucket_cap_bytes = 8 << 10;
+        auto model = models::create_model({"mnist_cnn", 1, 12, 12, 4}, 11);
+        Trainer(comm, model, synthetic(96, 1), synthetic(8, 2), o).fit();
+      });
+  ASSERT_TRUE(testing::all_ranks_succeeded(outcomes));
+  for (int rank : {0, 1}) {
+    std::ifstream in(dir.file("trace-rank" + std::to_string(rank) + ".json"));
+    const auto doc = nlohmann::json::parse(in, nullptr, false);
+    ASSERT_TRUE(doc.is_object()) << "rank " << rank;
+    std::map<int64_t, std::pair<double, double>> backward;  // step -> [start, end)
+    std::vector<nlohmann::json> buckets;
+    std::set<std::string> names;
+    for (const auto& e : doc["traceEvents"]) {
+      if (e["ph"] != "X") continue;
+      EXPECT_EQ(e["pid"], rank);
+      const int64_t step = e["args"]["step"];
+      EXPECT_TRUE(step == 3 || step == 4) << e.dump();
+      const std::string name = e["name"];
+      names.insert(name);
+      const double ts = e["ts"];
+      if (name == "backward") backward[step] = {ts, ts + e["dur"].get<double>()};
+      if (name.rfind("allreduce bucket", 0) == 0) buckets.push_back(e);
+    }
+    for (const char* name :
+         {"data wait", "forward", "backward", "optimizer step", "allreduce stopvote"}) {
+      EXPECT_EQ(names.count(name), 1u) << name << " on rank " << rank;
+    }
+    ASSERT_EQ(backward.size(), 2u);
+    int overlapping = 0;
+    for (const auto& b : buckets) {
+      const auto& [start, end] = backward.at(b["args"]["step"].get<int64_t>());
+      if (b["ts"].get<double>() > start && b["ts"].get<double>() < end) ++overlapping;
+    }
+    EXPECT_GE(overlapping, 2) << "of " << buckets.size() << " bucket allreduces on rank " << rank;
   }
 }
 

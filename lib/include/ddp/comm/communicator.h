@@ -12,6 +12,7 @@
 #include "ddp/comm/topology.h"
 #include "ddp/comm/types.h"
 #include "ddp/comm/work.h"
+#include "ddp/flight_recorder.h"
 
 namespace ddp {
 
@@ -66,6 +67,16 @@ class Communicator {
   // one). allgather and reduce_scatter stay flat.
   bool hierarchical() const { return hierarchical_; }
 
+  // The last collectives this communicator ran (ddp/flight_recorder.h): DDP_FLIGHT_RECORDER_ENTRIES
+  // of them, in DDP_FLIGHT_RECORDER_FILE for the first communicator of a process where that is
+  // set (ddprun sets it), else in private memory.
+  const flight::Recorder& flight_recorder() const { return *recorder_; }
+  // After how long a collective's wait makes ddprun diagnose a hang (DDP_HANG_WARN_SEC; 0: never).
+  void set_hang_warning(std::chrono::seconds after);
+  // Precise start and end times in the flight recorder (a timeline's; the trainer's --trace-steps
+  // turns them on for the traced steps), rather than the timer tick's.
+  void set_precise_op_times(bool on) { recorder_->set_precise_stamps(on); }
+
   // In place: every rank ends with the reduction of all ranks' buffers.
   void allreduce(Buffer buffer, ReduceOp op = ReduceOp::kSum);
   // Every rank ends with the root's buffer.
@@ -109,12 +120,19 @@ class Communicator {
   void validate_broadcast(const Buffer& buffer, int root) const;
   void validate_allgather(const Buffer& input, const Buffer& output) const;
   void validate_reduce_scatter(const Buffer& input, const Buffer& output) const;
+  // Runs `op` (a do_* call) inline or queued, recorded in the flight recorder as it executes.
+  template <typename Op>
+  void run_recorded(flight::OpKind kind, const Buffer& buffer, Op&& op);
+  template <typename Op>
+  Work submit_recorded(flight::OpKind kind, const Buffer& buffer, Op&& op);
 
   int rank_;
   int size_;
   CommOptions options_;
   Topology topology_;
   bool hierarchical_ = false;
+  std::unique_ptr<flight::Recorder> recorder_;
+  bool owns_recorder_file_ = false;
   std::unique_ptr<detail::OpQueue> queue_;
 };
 

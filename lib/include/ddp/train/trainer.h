@@ -54,6 +54,16 @@ struct TrainerOptions {
   // DDP_STRAGGLER_PERCENT (120, i.e. 1.2).
   std::optional<int64_t> straggler_window;
   std::optional<double> straggler_threshold;
+  // After how many seconds of waiting in one collective ddprun diagnoses a hang (the agents
+  // gather every rank's flight recorder and name the rank holding the others up); 0: never.
+  // Unset: DDP_HANG_WARN_SEC (60). Applied to the communicator when the Trainer is built.
+  std::optional<int64_t> hang_warn_sec;
+  // A timeline of steps "A:B" (numbered from 1; "" for none): each rank writes a Chrome trace
+  // (trace-rank<R>.json) of its data wait, forward, backward, optimizer step, checkpoint and
+  // every collective, into `trace_dir` (unset: DDP_TRACE_DIR, which ddprun sets and then merges
+  // the ranks' files into one, else the current directory).
+  std::string trace_steps;
+  std::string trace_dir;
   bool handle_signals = true;
   // Keep freed memory in the heap (see resource_usage.h); a process-wide malloc setting.
   bool tune_malloc = true;

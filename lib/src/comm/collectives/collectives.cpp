@@ -45,6 +45,12 @@ void allreduce_in_op(PeerTransport& transport, Buffer buffer, const Reduction& r
                      const AlgorithmConfig& config) {
   const int n = transport.size();
   const auto algorithm = choose_allreduce(transport, buffer.bytes(), buffer.count, config);
+  constexpr auto kDirect = flight::name_code("direct");
+  constexpr auto kRing = flight::name_code("ring");
+  constexpr auto kDoubling = flight::name_code("doubling");
+  flight::Recorder::note_algorithm(algorithm == AllreduceAlgorithm::kDirect ? kDirect
+                                   : algorithm == AllreduceAlgorithm::kRing ? kRing
+                                                                            : kDoubling);
   if (algorithm == AllreduceAlgorithm::kDirect)
     return allreduce_direct(transport, buffer, reduction);
   if (buffer.count == 0) return barrier_in_op(transport, config);

@@ -16,8 +16,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/collective_signature.h"
+#include "ddp/flight_recorder.h"
 
 namespace ddp::detail::collectives {
 
@@ -80,6 +83,15 @@ class PeerTransport {
   // scratch memory: it stops at 64 MiB of it (and at the largest message).
   virtual std::size_t round_payload_bytes() const;
 
+  // The job's rank of each of this transport's ranks (a node's or the cross-node level's ranks
+  // are not the job's); unset, they are the same.
+  void set_global_ranks(std::vector<int> ranks) { global_ranks_ = std::move(ranks); }
+  // Tells the flight recorder which peer the running op now waits on.
+  void note_waiting_on(int peer) const {
+    flight::Recorder::note_waiting_on(
+        peer < 0 || global_ranks_.empty() ? peer : global_ranks_[static_cast<std::size_t>(peer)]);
+  }
+
   // Largest payload of one message.
   virtual std::size_t max_message_bytes() const = 0;
   // Largest message the provider copies eagerly, with no handshake between the ranks (shm's
@@ -91,6 +103,7 @@ class PeerTransport {
   // The default exchange's received payloads: one slot per rank in scratch memory.
   const char* round_slots_ = nullptr;
   std::size_t round_slot_bytes_ = 0;
+  std::vector<int> global_ranks_;
 };
 
 }  // namespace ddp::detail::collectives

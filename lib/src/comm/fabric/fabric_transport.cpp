@@ -324,6 +324,7 @@ collectives::PeerTransport::Request FabricTransport::recv(int peer, std::uint32_
 void FabricTransport::wait(Request request) {
   require_usable();
   Slot& s = slots_[request];
+  if (!s.done) note_waiting_on(s.peer);
   PollBackoff backoff(spin_before_yield_);
   auto header_due = kNotYet;  // kHeaderAfterIdle after this wait's first empty poll
   while (!s.done) {

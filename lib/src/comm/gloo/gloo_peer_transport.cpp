@@ -211,7 +211,7 @@ GlooPeerTransport::Request GlooPeerTransport::send(int peer, std::uint32_t index
     // gloo only reads from a send buffer; its interface is not const-correct.
     auto buffer = mesh_->createUnboundBuffer(const_cast<void*>(data), bytes);
     posting([&] { buffer->send(peer, slot_of(index), 0, bytes); });
-    pending_.push_back({std::move(buffer), true});
+    pending_.push_back({std::move(buffer), true, peer});
     return static_cast<Request>(pending_.size() - 1);
   });
 }
@@ -222,7 +222,7 @@ GlooPeerTransport::Request GlooPeerTransport::recv(int peer, std::uint32_t index
     start_op();
     auto buffer = mesh_->createUnboundBuffer(data, bytes);
     posting([&] { buffer->recv(peer, slot_of(index), 0, bytes); });
-    pending_.push_back({std::move(buffer), false});
+    pending_.push_back({std::move(buffer), false, peer});
     return static_cast<Request>(pending_.size() - 1);
   });
 }
@@ -233,6 +233,7 @@ void GlooPeerTransport::wait(Request request) {
     // first, waiting for its data would only end at the timeout.
     check_signatures();
     Pending& p = pending_.at(request);
+    note_waiting_on(p.peer);
     if (p.is_send) {
       p.buffer->waitSend(nullptr, gloo_wait_budget(deadline_));
     } else {

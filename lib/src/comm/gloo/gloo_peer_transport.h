@@ -73,6 +73,7 @@ class GlooPeerTransport final : public collectives::PeerTransport {
   struct Pending {
     std::unique_ptr<gloo::transport::UnboundBuffer> buffer;  // null once waited for
     bool is_send = false;
+    int peer = -1;
   };
   // Runs fn, turning gloo's exceptions into CommError/TimeoutError; on any exception fails the
   // transport before rethrowing.
