@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -66,48 +67,55 @@ std::vector<at::Tensor> parameters_of(models::Classifier& m) {
   return out;
 }
 
-TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
-  testing::TempDir dir;
+// Runs `body` on 2 gloo ranks (one intra-op thread each, a 30 s op timeout, 120 s in all);
+// true when every rank succeeded.
+bool on_two_ranks(const std::function<void(Communicator&)>& body) {
   testing::TestStoreServer server;
   CommOptions comm_options;
   comm_options.timeout = 30s;
-  auto outcomes = testing::run_with_communicators(
-      server, "gloo", 2, comm_options, 120s, [&](Communicator& comm) {
-        torch::set_num_threads(1);
-        const auto train_set = synthetic(96, 1);  // 6 steps per epoch per rank at batch 8
-        const auto test_set = synthetic(40, 2);
-        const models::ModelSpec spec{"mnist_cnn", 1, 12, 12, 4};
+  auto outcomes = testing::run_with_communicators(server, "gloo", 2, comm_options, 120s,
+                                                  [&](Communicator& comm) {
+                                                    torch::set_num_threads(1);
+                                                    body(comm);
+                                                  });
+  return testing::all_ranks_succeeded(outcomes);
+}
 
-        auto whole = models::create_model(spec, 11);
-        const TrainResult a =
-            Trainer(comm, whole, train_set, test_set, small_options(dir.file("a"))).fit();
-        require(a.global_step == 12, "uninterrupted run took " + std::to_string(a.global_step));
+TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
+  testing::TempDir dir;
+  EXPECT_TRUE(on_two_ranks([&](Communicator& comm) {
+    const auto train_set = synthetic(96, 1);  // 6 steps per epoch per rank at batch 8
+    const auto test_set = synthetic(40, 2);
+    const models::ModelSpec spec{"mnist_cnn", 1, 12, 12, 4};
 
-        // Interrupted mid-epoch at step 4, then resumed by a fresh trainer and fresh weights.
-        TrainerOptions first = small_options(dir.file("b"));
-        first.max_steps = 4;
-        auto part = models::create_model(spec, 11);
-        const TrainResult b1 = Trainer(comm, part, train_set, test_set, first).fit();
-        require(b1.global_step == 4, "first part ended at " + std::to_string(b1.global_step));
-        auto resumed = models::create_model(spec, 99);
-        const TrainResult b2 =
-            Trainer(comm, resumed, train_set, test_set, small_options(dir.file("b"))).fit();
-        require(b2.resumed_from_step == 4, "resumed from " + std::to_string(b2.resumed_from_step));
-        require(b2.global_step == 12, "resumed run ended at " + std::to_string(b2.global_step));
+    auto whole = models::create_model(spec, 11);
+    const TrainResult a =
+        Trainer(comm, whole, train_set, test_set, small_options(dir.file("a"))).fit();
+    require(a.global_step == 12, "uninterrupted run took " + std::to_string(a.global_step));
 
-        const auto pa = parameters_of(*whole);
-        const auto pb = parameters_of(*resumed);
-        for (std::size_t i = 0; i < pa.size(); ++i) {
-          require(torch::equal(pa[i], pb[i]),
-                  "parameter " + std::to_string(i) + " differs by " +
-                      std::to_string((pa[i] - pb[i]).abs().max().item<double>()));
-        }
-        // The model learned something real (evaluated on held-out data).
-        require(
-            !a.epochs.empty() && a.epochs.back().evaluated && a.epochs.back().eval.accuracy() > 0.6,
+    // Interrupted mid-epoch at step 4, then resumed by a fresh trainer and fresh weights.
+    TrainerOptions first = small_options(dir.file("b"));
+    first.max_steps = 4;
+    auto part = models::create_model(spec, 11);
+    const TrainResult b1 = Trainer(comm, part, train_set, test_set, first).fit();
+    require(b1.global_step == 4, "first part ended at " + std::to_string(b1.global_step));
+    auto resumed = models::create_model(spec, 99);
+    const TrainResult b2 =
+        Trainer(comm, resumed, train_set, test_set, small_options(dir.file("b"))).fit();
+    require(b2.resumed_from_step == 4, "resumed from " + std::to_string(b2.resumed_from_step));
+    require(b2.global_step == 12, "resumed run ended at " + std::to_string(b2.global_step));
+
+    const auto pa = parameters_of(*whole);
+    const auto pb = parameters_of(*resumed);
+    for (std::size_t i = 0; i < pa.size(); ++i) {
+      require(torch::equal(pa[i], pb[i]),
+              "parameter " + std::to_string(i) + " differs by " +
+                  std::to_string((pa[i] - pb[i]).abs().max().item<double>()));
+    }
+    // The model learned something real (evaluated on held-out data).
+    require(!a.epochs.empty() && a.epochs.back().evaluated && a.epochs.back().eval.accuracy() > 0.6,
             "accuracy after training is too low");
-      });
-  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+  }));
 }
 
 // The "ranks" records of a metrics file: each rank's compute per step, and the stragglers named.
@@ -130,23 +138,17 @@ std::vector<RanksRecord> ranks_records(const std::string& path) {
 // 24 steps of 2 ranks with straggler reports every 8; `delay_ms[r]` slows rank r's every step.
 std::vector<RanksRecord> run_with_step_delays(const std::vector<int>& delay_ms,
                                               const std::string& metrics) {
-  testing::TestStoreServer server;
-  CommOptions comm_options;
-  comm_options.timeout = 30s;
-  auto outcomes = testing::run_with_communicators(
-      server, "gloo", 2, comm_options, 120s, [&](Communicator& comm) {
-        torch::set_num_threads(1);
-        ::setenv("DDP_TEST_STEP_DELAY_MS", std::to_string(delay_ms[comm.rank()]).c_str(), 1);
-        TrainerOptions o = small_options("");
-        o.epochs = 4;  // 6 steps each
-        o.evaluate_each_epoch = false;
-        o.metrics_path = metrics;
-        o.straggler_window = 8;
-        auto model = models::create_model({"mnist_cnn", 1, 12, 12, 4}, 11);
-        const TrainResult result = Trainer(comm, model, synthetic(96, 1), synthetic(8, 2), o).fit();
-        require(result.global_step == 24, "ran " + std::to_string(result.global_step) + " steps");
-      });
-  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+  EXPECT_TRUE(on_two_ranks([&](Communicator& comm) {
+    ::setenv("DDP_TEST_STEP_DELAY_MS", std::to_string(delay_ms[comm.rank()]).c_str(), 1);
+    TrainerOptions o = small_options("");
+    o.epochs = 4;  // 6 steps each
+    o.evaluate_each_epoch = false;
+    o.metrics_path = metrics;
+    o.straggler_window = 8;
+    auto model = models::create_model({"mnist_cnn", 1, 12, 12, 4}, 11);
+    const TrainResult result = Trainer(comm, model, synthetic(96, 1), synthetic(8, 2), o).fit();
+    require(result.global_step == 24, "ran " + std::to_string(result.global_step) + " steps");
+  }));
   return ranks_records(metrics);
 }
 
@@ -179,24 +181,18 @@ TEST(Trainer, NamesNoRankWhenTheyComputeAlike) {
 // collectives track) start while backward still runs.
 TEST(Trainer, TracesTheStepsWithBucketAllreducesOverlappingBackward) {
   testing::TempDir dir;
-  testing::TestStoreServer server;
-  CommOptions comm_options;
-  comm_options.timeout = 30s;
-  auto outcomes = testing::run_with_communicators(
-      server, "gloo", 2, comm_options, 120s, [&](Communicator& comm) {
-        torch::set_num_threads(1);
-        TrainerOptions o = small_options("");
-        o.epochs = 1;
-        o.evaluate_each_epoch = false;
-        o.trace_steps = "3:4";
-        o.trace_dir = dir.path();
-        // Small buckets: several per step, the first ones complete early in backward.
-        o.ddp.first_bucket_cap_bytes = 8 << 10;
-        o.ddp.bucket_cap_bytes = 8 << 10;
-        auto model = models::create_model({"mnist_cnn", 1, 12, 12, 4}, 11);
-        Trainer(comm, model, synthetic(96, 1), synthetic(8, 2), o).fit();
-      });
-  ASSERT_TRUE(testing::all_ranks_succeeded(outcomes));
+  ASSERT_TRUE(on_two_ranks([&](Communicator& comm) {
+    TrainerOptions o = small_options("");
+    o.epochs = 1;
+    o.evaluate_each_epoch = false;
+    o.trace_steps = "3:4";
+    o.trace_dir = dir.path();
+    // Small buckets: several per step, the first ones complete early in backward.
+    o.ddp.first_bucket_cap_bytes = 8 << 10;
+    o.ddp.bucket_cap_bytes = 8 << 10;
+    auto model = models::create_model({"mnist_cnn", 1, 12, 12, 4}, 11);
+    Trainer(comm, model, synthetic(96, 1), synthetic(8, 2), o).fit();
+  }));
   for (int rank : {0, 1}) {
     std::ifstream in(dir.file("trace-rank" + std::to_string(rank) + ".json"));
     const auto doc = nlohmann::json::parse(in, nullptr, false);
