@@ -12,6 +12,7 @@
 #include "ddp/error.h"
 #include "ddp/exit_codes.h"
 #include "ddp/log.h"
+#include "doctor.h"
 #include "failure_report.h"
 #include "rendezvous.h"
 #include "store_rendezvous.h"
@@ -109,9 +110,11 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
   LaunchConfig effective = config;
   // One node needs no rendezvous to know its ranks: its workers start before the store is up,
   // so a --standalone store's free port is picked now (as torchrun picks its workers' port).
-  const bool start_early = config.max_nodes == 1;
-  if (start_early && effective.store_port == 0) effective.store_port = free_tcp_port();
-  const std::string program = find_program(config.command.front(), env);
+  const bool doctor_first = config.doctor || config.preflight;
+  const bool start_early = config.max_nodes == 1 && !doctor_first;
+  if (config.max_nodes == 1 && effective.store_port == 0) effective.store_port = free_tcp_port();
+  const std::string program =
+      config.command.empty() ? std::string() : find_program(config.command.front(), env);
   for (const auto& notice : config.notices) ddp::log::warn("{}", notice);
   ddp::log::info("{}", effective.describe());
 
@@ -142,6 +145,14 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
       ddp::log::info("round {}: node {} of {}, ranks {}..{} of {}", node.round, node.group_rank,
                      node.group_world_size, node.rank_offset,
                      node.rank_offset + config.nproc_per_node - 1, node.world_size);
+      if (doctor_first && node.round == 0 && !supervisor.started_for(node)) {
+        const int code =
+            run_doctor(effective, host, env, rendezvous, node, log_root, poll_interrupt);
+        if (config.doctor || code != ddp::exit_code::kSuccess) {
+          if (temporary_logs && !writes_log_files) std::filesystem::remove_all(log_root);
+          return code;
+        }
+      }
       if (!supervisor.started_for(node)) {
         supervisor.start(node, rendezvous.store_host(), rendezvous.store_port());
       }

@@ -33,7 +33,7 @@ cxxopts::Options make_options() {
                            "rendezvous store and runs --nproc-per-node workers with torchrun's "
                            "environment.");
   options.custom_help("[OPTION...]");
-  options.positional_help("PROGRAM [ARG...]");
+  options.positional_help("[doctor] PROGRAM [ARG...]");
   options.set_width(100);
   auto adder = options.add_options();
   for (const auto& spec : flag_specs()) {
@@ -100,6 +100,8 @@ const std::vector<FlagSpec>& flag_specs() {
        "Signals forwarded to the workers before stopping them"},
       {"shutdown-timeout", "", true, "30",
        "Seconds workers get after a forwarded signal before SIGKILL"},
+      {"preflight", "", false, "",
+       "Run 'ddprun doctor' before the workers start and fail fast (exit 78 on a bad node)"},
       {"print-settings", "", false, "",
        "Print every DDP_* setting with the value in effect and where it comes from, then exit"},
       {"help", "h", false, "", "Print this help"},
@@ -120,7 +122,12 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
   // cxxopts would also take flags placed after the program; torchrun stops at the program, so
   // split first, normalizing every flag to "--name=value" with dashes.
   std::vector<std::string> normalized = {argv.empty() ? "ddprun" : argv[0]};
-  for (std::size_t i = 1; i < argv.size(); ++i) {
+  std::size_t first = 1;
+  if (argv.size() > 1 && argv[1] == "doctor") {
+    result.doctor = true;
+    first = 2;
+  }
+  for (std::size_t i = first; i < argv.size(); ++i) {
     const std::string& arg = argv[i];
     if (arg == "--") {
       result.program.assign(argv.begin() + static_cast<long>(i) + 1, argv.end());
@@ -188,6 +195,10 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
       result.given.count("print-settings") != 0 && result.given["print-settings"] == "true";
   result.given.erase("help");
   result.given.erase("print-settings");
+  if (!result.doctor && !result.program.empty() && result.program.front() == "doctor") {
+    result.doctor = true;
+    result.program.erase(result.program.begin());
+  }
   return result;
 }
 
@@ -198,7 +209,9 @@ std::string help_text() {
          "In a Kubernetes pod the node rank, node count and master address are read from the\n"
          "Indexed Job, JobSet, PyTorchJob or TrainJob environment (see launcher/README.md).\n"
          "A PROGRAM ending in .py, or -m MODULE, runs as '$PYTHON_EXEC -u' (default python3);\n"
-         "anything else is executed directly.\n";
+         "anything else is executed directly.\n"
+         "'ddprun [OPTION...] doctor [PROGRAM...]' checks every node and the links between\n"
+         "them instead (the program is not run): exit 0 when healthy, 78 on a bad node.\n";
 }
 
 }  // namespace ddprun

@@ -29,6 +29,9 @@ struct CommandLine {
   std::vector<std::string> program;
   bool help = false;
   bool print_settings = false;
+  // `ddprun [OPTION...] doctor [PROGRAM...]` or `ddprun doctor [OPTION...] [PROGRAM...]`: check
+  // the nodes instead of running the program (doctor.h).
+  bool doctor = false;
 };
 
 // argv[0] is ddprun itself. Throws ddp::ConfigError for an unknown flag or a missing value.

@@ -77,7 +77,9 @@ std::string NodeHangReport::to_json() const {
                             {"recorder_note", w.recorder_note},
                             {"running", op_json(w.running)},
                             {"last_finished", op_json(w.last_finished)},
-                            {"stack", w.stack}});
+                            {"stack", w.stack},
+                            {"c10d_wait", w.c10d_wait},
+                            {"idle_seconds", w.idle_seconds}});
   }
   return json{{"node", node}, {"host", host}, {"workers", workers_json}}.dump();
 }
@@ -99,6 +101,8 @@ NodeHangReport NodeHangReport::from_json(const std::string& text) {
       s.running = op_from(w.at("running"));
       s.last_finished = op_from(w.at("last_finished"));
       s.stack = w.at("stack").get<std::string>();
+      s.c10d_wait = w.at("c10d_wait").get<std::string>();
+      s.idle_seconds = w.at("idle_seconds").get<double>();
       r.workers.push_back(std::move(s));
     }
     return r;
@@ -111,6 +115,33 @@ bool locally_suspect(const WorkerHangState& worker, double threshold_seconds) {
   if (worker.process_state.rfind("stopped", 0) == 0) return true;
   if (!worker.has_recorder) return false;
   return !worker.running || worker.running->seconds < threshold_seconds;
+}
+
+std::string c10d_wait_of(const std::string& stack, int pid) {
+  const std::string eu_header = "TID " + std::to_string(pid) + ":";
+  const std::string gdb_header = "(LWP " + std::to_string(pid) + ")";
+  bool in_main = false;
+  bool seen = false;
+  std::string verdict = "none";
+  std::size_t start = 0;
+  while (start < stack.size()) {
+    std::size_t end = stack.find('\n', start);
+    if (end == std::string::npos) end = stack.size();
+    const std::string line = stack.substr(start, end - start);
+    start = end + 1;
+    if (line.rfind("TID ", 0) == 0 || line.rfind("Thread ", 0) == 0) {
+      in_main = line.rfind(eu_header, 0) == 0 || line.find(gdb_header) != std::string::npos;
+      seen = seen || in_main;
+      continue;
+    }
+    if (!in_main || line.find("c10d::") == std::string::npos) continue;
+    if (line.find("Store") != std::string::npos) return "store";
+    if (line.find("wait") != std::string::npos || line.find("Wait") != std::string::npos ||
+        line.find("arrier") != std::string::npos) {
+      verdict = "collective";
+    }
+  }
+  return seen ? verdict : "";
 }
 
 std::string rank_ranges(std::vector<int> ranks) {
@@ -128,46 +159,66 @@ std::string rank_ranges(std::vector<int> ranks) {
   return out;
 }
 
-std::optional<HangDiagnosis> diagnose_hang(const std::vector<NodeHangReport>& reports, int nodes) {
+std::optional<HangDiagnosis> diagnose_hang(const std::vector<NodeHangReport>& reports, int nodes,
+                                           const std::string& python_stack_signal) {
   std::vector<Seen> all;
   std::set<int> reported_nodes;
   for (const auto& r : reports) {
     reported_nodes.insert(r.node);
     for (const auto& w : r.workers) all.push_back({&w, &r});
   }
+  const auto c10d_waits = [](const WorkerHangState& w) {
+    return !w.has_recorder && (w.c10d_wait == "collective" || w.c10d_wait == "store");
+  };
   unsigned long long newest = 0;
+  bool any_c10d_wait = false;
   for (const auto& s : all) {
     if (s.worker->running) newest = std::max(newest, s.worker->running->seq);
+    any_c10d_wait = any_c10d_wait || c10d_waits(*s.worker);
   }
-  if (newest == 0) return std::nullopt;
+  if (newest == 0 && !any_c10d_wait) return std::nullopt;
 
   std::vector<int> waiting;
   std::vector<int> unknown;
   std::vector<Seen> culprits;
   const HangOp* op = nullptr;  // the op the others wait in, as the longest waiter sees it
   double waited = 0;
+  double c10d_waited = 0;
+  bool all_c10d_in_store = true;
   std::vector<std::pair<int, int>> edges;  // waiter -> the peer it waits on
   for (const auto& s : all) {
     const auto& w = *s.worker;
-    if (w.running && w.running->seq == newest) {
+    if (newest != 0 && w.running && w.running->seq == newest) {
       waiting.push_back(w.rank);
       if (op == nullptr || w.running->seconds > waited) {
         op = &*w.running;
         waited = w.running->seconds;
       }
       if (w.running->waiting_on >= 0) edges.emplace_back(w.rank, w.running->waiting_on);
-    } else if (!w.has_recorder) {
+    } else if (c10d_waits(w)) {
+      waiting.push_back(w.rank);
+      c10d_waited = std::max(c10d_waited, w.idle_seconds);
+      all_c10d_in_store = all_c10d_in_store && w.c10d_wait == "store";
+    } else if (!w.has_recorder && w.c10d_wait != "none" &&
+               w.process_state.rfind("stopped", 0) != 0) {
       unknown.push_back(w.rank);
     } else {
       culprits.push_back(s);
     }
   }
+  std::sort(waiting.begin(), waiting.end());
   std::sort(culprits.begin(), culprits.end(),
             [](const Seen& a, const Seen& b) { return a.worker->rank < b.worker->rank; });
   std::vector<int> missing_nodes;
   for (int n = 0; n < nodes; ++n) {
     if (reported_nodes.count(n) == 0) missing_nodes.push_back(n);
   }
+  // Python workers name no op: where their stacks are is what is known.
+  const std::string op_text =
+      op != nullptr       ? op->description
+      : all_c10d_in_store ? "the rendezvous store (init_process_group or a store-based barrier)"
+                          : "a torch.distributed collective";
+  if (op == nullptr) waited = c10d_waited;
 
   HangDiagnosis d;
   const auto ranks = [](const std::vector<int>& r) {
@@ -180,25 +231,27 @@ std::optional<HangDiagnosis> diagnose_hang(const std::vector<NodeHangReport>& re
       ranks(waiting) + verb(waiting, " waits", " wait") + " in it for " + seconds_text(waited);
   if (!culprits.empty()) {
     for (const auto& c : culprits) d.culprits.push_back(c.worker->rank);
-    d.headline = where(culprits.front()) + " has not entered " + op->description + "; " + waiters;
+    d.headline = where(culprits.front()) + " has not entered " + op_text + "; " + waiters;
     if (culprits.size() > 1) {
       std::vector<int> others(d.culprits.begin() + 1, d.culprits.end());
       d.headline += "; nor " + verb(others, "has ", "have ") + ranks(others);
     }
   } else if (!missing_nodes.empty()) {
-    d.headline = ranks(waiting) + verb(waiting, " waits", " wait") + " in " + op->description +
-                 " for " + seconds_text(waited) + "; " + verb(missing_nodes, "node ", "nodes ") +
+    d.headline = ranks(waiting) + verb(waiting, " waits", " wait") + " in " + op_text + " for " +
+                 seconds_text(waited) + "; " + verb(missing_nodes, "node ", "nodes ") +
                  rank_ranges(missing_nodes) +
                  " sent no report: an agent gone or cut off, whose ranks are the likely cause";
   } else if (!unknown.empty()) {
-    d.headline = ranks(waiting) + verb(waiting, " waits", " wait") + " in " + op->description +
-                 " for " + seconds_text(waited) + "; " + ranks(unknown) +
-                 verb(unknown, " keeps", " keep") +
-                 " no flight recorder (not built on ddp), the likely cause";
+    d.headline = ranks(waiting) + verb(waiting, " waits", " wait") + " in " + op_text + " for " +
+                 seconds_text(waited) + "; " + ranks(unknown) + verb(unknown, " keeps", " keep") +
+                 " no flight recorder and could not be read (no stack), the likely cause";
     d.culprits = unknown;
   } else {
-    d.headline = "every rank waits in " + op->description + " for " + seconds_text(waited) +
-                 ": none is missing from it, so a link or a peer's transport is stuck";
+    d.headline = "every rank waits in " + op_text + " for " + seconds_text(waited) +
+                 ": none is missing from it, so " +
+                 (op != nullptr ? "a link or a peer's transport is stuck"
+                                : "they wait in different collectives, or a link or a peer's "
+                                  "transport is stuck");
   }
 
   std::string text = "hang: " + d.headline + "\n";
@@ -206,21 +259,34 @@ std::optional<HangDiagnosis> diagnose_hang(const std::vector<NodeHangReport>& re
     const auto& w = *culprits[i].worker;
     text +=
         "  " + where(culprits[i]) + ", pid " + std::to_string(w.pid) + ", is " + w.process_state;
-    if (w.running) {
-      text +=
-          "; it waits in " + w.running->description + " for " + seconds_text(w.running->seconds);
-    }
-    if (w.last_finished) {
-      text += "; it last finished " + w.last_finished->description + " " +
-              seconds_text(w.last_finished->seconds) + " ago";
+    if (!w.has_recorder) {
+      text += "; its main thread has neither run nor woken up for " + seconds_text(w.idle_seconds) +
+              ", in no torch.distributed call";
     } else {
-      text += "; it has finished no collective";
+      if (w.running) {
+        text +=
+            "; it waits in " + w.running->description + " for " + seconds_text(w.running->seconds);
+      }
+      if (w.last_finished) {
+        text += "; it last finished " + w.last_finished->description + " " +
+                seconds_text(w.last_finished->seconds) + " ago";
+      } else {
+        text += "; it has finished no collective";
+      }
     }
     text += "\n";
     if (!w.stack.empty()) {
       text += "  its stack:\n" + indented(w.stack, "    ");
-    } else if (!w.recorder_note.empty()) {
+    } else if (!w.recorder_note.empty() && w.has_recorder) {
       text += "  " + w.recorder_note + "\n";
+    }
+    if (!w.has_recorder) {
+      text += python_stack_signal.empty()
+                  ? "  for its Python stack, register faulthandler on a signal and set "
+                    "DDP_PY_STACK_SIGNAL (launcher/README.md, Hang diagnosis)\n"
+                  : "  its Python stack follows in its output, where the script registered "
+                    "faulthandler on " +
+                        python_stack_signal + "\n";
     }
   }
   if (culprits.size() > kCulpritsShown) {

@@ -30,6 +30,11 @@ struct WorkerHangState {
   std::optional<HangOp> running;
   std::optional<HangOp> last_finished;
   std::string stack;  // the threads' stacks, when this agent took them
+  // A worker without a recorder (a Python worker on c10d): where its main thread's native stack
+  // says it is ("collective", "store", "none"; "" when no stack was taken; c10d_wait_of), and
+  // how long that thread has neither run nor woken up.
+  std::string c10d_wait;
+  double idle_seconds = 0;
 };
 
 struct NodeHangReport {
@@ -47,6 +52,12 @@ struct NodeHangReport {
 // its stack.
 bool locally_suspect(const WorkerHangState& worker, double threshold_seconds);
 
+// Where the main thread (TID `pid`) of a c10d worker is, from its native stack (eu-stack's or
+// gdb's text): "store" in a c10d Store call (init_process_group, a store-based barrier),
+// "collective" in another c10d wait or barrier (a collective's Work::wait), "none" in neither,
+// "" when the stack does not show that thread.
+std::string c10d_wait_of(const std::string& stack, int pid);
+
 struct HangDiagnosis {
   std::vector<int> culprits;  // ranks that have not entered the op the others wait in
   std::string headline;       // one line
@@ -54,8 +65,12 @@ struct HangDiagnosis {
 };
 
 // Composes the diagnosis from the reports that arrived (`nodes` were expected). nullopt when no
-// rank waits in a collective any more.
-std::optional<HangDiagnosis> diagnose_hang(const std::vector<NodeHangReport>& reports, int nodes);
+// rank waits in a collective any more. Ranks with a recorder are placed by it; those without
+// (c10d workers) by c10d_wait: a job of Python workers is diagnosed from their stacks alone.
+// `python_stack_signal`: the signal (DDP_PY_STACK_SIGNAL, "" when off) whose faulthandler
+// traceback the culprits' agents ask for, named in the text.
+std::optional<HangDiagnosis> diagnose_hang(const std::vector<NodeHangReport>& reports, int nodes,
+                                           const std::string& python_stack_signal = "");
 
 // "0, 2-4, 7"
 std::string rank_ranges(std::vector<int> ranks);

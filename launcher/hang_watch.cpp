@@ -7,12 +7,15 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "ddp/error.h"
 #include "ddp/flight_recorder.h"
 #include "ddp/log.h"
+#include "ddp/settings.h"
 #include "ddp/store.h"
 
 namespace ddprun {
@@ -24,6 +27,58 @@ using std::chrono::milliseconds;
 // workers look idle.
 constexpr int kStacksPerNode = 3;
 constexpr std::size_t kStackLines = 60;
+// Workers without a recorder are told apart by their stacks alone: up to this many per node,
+// kParallelStacks at a time.
+constexpr std::size_t kPythonStacksPerNode = 64;
+constexpr std::size_t kParallelStacks = 8;
+
+bool has_recorder_file(const WatchedWorker& w) {
+  return !w.recorder_file.empty() && access(w.recorder_file.c_str(), F_OK) == 0;
+}
+
+// The main thread's CPU ticks plus its context switches: unchanged while it neither runs nor
+// wakes up. -1 when the process is gone.
+long long main_thread_activity(int pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid);
+  std::ifstream stat(dir + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return -1;
+  const auto paren = text.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::istringstream fields(text.substr(paren + 2));
+  std::string field;
+  long long count = 0;
+  for (int i = 3; fields >> field; ++i) {                        // field 3 is the state
+    if (i == 14 || i == 15) count += std::atoll(field.c_str());  // utime, stime
+    if (i == 15) break;
+  }
+  std::ifstream status(dir + "/status");
+  while (std::getline(status, text)) {
+    if (text.rfind("voluntary_ctxt_switches:", 0) == 0 ||
+        text.rfind("nonvoluntary_ctxt_switches:", 0) == 0) {
+      count += std::atoll(text.substr(text.find(':') + 1).c_str());
+    }
+  }
+  return count;
+}
+
+// Whether `pid` has a handler for `signal` (SigCgt in /proc/PID/status).
+bool catches(int pid, int signal) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("SigCgt:", 0) != 0) continue;
+    const unsigned long long mask = std::stoull(line.substr(7), nullptr, 16);
+    return ((mask >> (signal - 1)) & 1ULL) != 0;
+  }
+  return false;
+}
+
+int signal_number(const std::string& name) {
+  if (name == "SIGUSR1") return SIGUSR1;
+  if (name == "SIGUSR2") return SIGUSR2;
+  return 0;
+}
 
 double seconds_between(std::int64_t later_ns, std::int64_t earlier_ns) {
   return static_cast<double>(later_ns - earlier_ns) / 1e9;
@@ -200,10 +255,70 @@ HangWatch::HangWatch(std::shared_ptr<ddp::Store> store, int node, int nodes, std
       nodes_(nodes),
       host_(std::move(host)),
       workers_(std::move(workers)),
-      options_(options) {}
+      options_(options),
+      python_threshold_(
+          std::chrono::seconds(ddp::settings::integer(ddp::settings::kHangWarnSec).value_or(60))),
+      activity_(workers_.size()) {
+  const auto signal = ddp::settings::spelling(ddp::settings::kPyStackSignal).value_or("off");
+  if (signal != "off") python_stack_signal_ = signal;
+}
 
 HangWatch::~HangWatch() {
-  if (report_.valid()) report_.wait();  // bounded: kStacksPerNode stacks of stack_timeout each
+  // Bounded: each stack tool is killed at stack_timeout.
+  if (probe_.valid()) probe_.wait();
+  if (report_.valid()) report_.wait();
+}
+
+bool HangWatch::c10d_wait_confirmed(Clock::time_point now) {
+  if (python_threshold_.count() == 0) return false;
+  if (probe_.valid()) {
+    if (probe_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+    const auto [index, stack] = probe_.get();
+    const std::string where = c10d_wait_of(stack, workers_[index].pid);
+    if (where == "collective" || where == "store") return true;
+  }
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    const auto& w = workers_[i];
+    if (has_recorder_file(w)) continue;
+    Activity& a = activity_[i];
+    const long long count = main_thread_activity(w.pid);
+    if (count < 0) continue;
+    if (count != a.count) {
+      a.count = count;
+      if (now >= a.frozen_until) a.since = now;
+      continue;
+    }
+    if (now - a.since < python_threshold_ || now - a.probed < python_threshold_) continue;
+    a.probed = now;
+    a.frozen_until = now + options_.stack_timeout + std::chrono::seconds(2);
+    probe_ = std::async(std::launch::async, [i, pid = w.pid, timeout = options_.stack_timeout] {
+      std::string note;
+      return std::make_pair(i, take_stacks(pid, timeout, note));
+    });
+    return false;  // one stack at a time
+  }
+  return false;
+}
+
+void HangWatch::ask_python_stacks(const std::string& culprits) const {
+  const int signal = signal_number(python_stack_signal_);
+  if (signal == 0) return;
+  std::set<int> named;
+  std::istringstream in(culprits);
+  for (std::string rank; std::getline(in, rank, ',');) named.insert(std::atoi(rank.c_str()));
+  for (const auto& w : workers_) {
+    if (named.count(w.rank) == 0 || has_recorder_file(w)) continue;
+    if (!catches(w.pid, signal)) {
+      ddp::log::warn(
+          "rank {} (pid {}) does not catch {}: no Python stack (register faulthandler "
+          "on it, launcher/README.md)",
+          w.rank, w.pid, python_stack_signal_);
+      continue;
+    }
+    ddp::log::info("sent {} to rank {} (pid {}) for its Python stack", python_stack_signal_, w.rank,
+                   w.pid);
+    kill(w.pid, signal);
+  }
 }
 
 bool HangWatch::local_wait_exceeded() const {
@@ -226,7 +341,7 @@ void HangWatch::tick(Clock::time_point now) {
   next_check_ = now + options_.period;
   try {
     if (!raised_) {
-      if (local_wait_exceeded()) {
+      if (local_wait_exceeded() || c10d_wait_confirmed(now)) {
         store_->compare_set("raised", "", std::to_string(node_));
         raised_ = true;
       } else if (store_->check({"raised"})) {
@@ -234,19 +349,44 @@ void HangWatch::tick(Clock::time_point now) {
       }
       if (!raised_) return;
       raised_at_ = now;
-      report_ = std::async(std::launch::async, [workers = workers_, node = node_, host = host_,
-                                                timeout = options_.stack_timeout] {
-        NodeHangReport r;
-        r.node = node;
-        r.host = host;
-        int stacks = 0;
-        for (const auto& w : workers) {
-          r.workers.push_back(
-              read_worker_state(w, stacks < kStacksPerNode ? timeout : milliseconds(0)));
-          if (!r.workers.back().stack.empty()) ++stacks;
-        }
-        return r;
-      });
+      std::vector<double> idle;
+      for (const auto& a : activity_) {
+        idle.push_back(a.count < 0 ? 0.0 : std::chrono::duration<double>(now - a.since).count());
+      }
+      report_ = std::async(
+          std::launch::async, [workers = workers_, node = node_, host = host_,
+                               idle = std::move(idle), timeout = options_.stack_timeout] {
+            NodeHangReport r;
+            r.node = node;
+            r.host = host;
+            int stacks = 0;
+            std::vector<std::size_t> unread;  // recorder-less workers still without a stack
+            for (std::size_t i = 0; i < workers.size(); ++i) {
+              r.workers.push_back(read_worker_state(
+                  workers[i], stacks < kStacksPerNode ? timeout : milliseconds(0)));
+              auto& s = r.workers.back();
+              if (!s.stack.empty()) ++stacks;
+              if (s.has_recorder) continue;
+              s.idle_seconds = idle[i];
+              if (s.stack.empty() && s.process_state != "exited") unread.push_back(i);
+            }
+            if (unread.size() > kPythonStacksPerNode) unread.resize(kPythonStacksPerNode);
+            for (std::size_t b = 0; b < unread.size(); b += kParallelStacks) {
+              std::vector<std::pair<std::size_t, std::future<std::string>>> batch;
+              for (std::size_t k = b; k < unread.size() && k < b + kParallelStacks; ++k) {
+                batch.emplace_back(unread[k], std::async(std::launch::async,
+                                                         [pid = r.workers[unread[k]].pid, timeout] {
+                                                           std::string note;
+                                                           return take_stacks(pid, timeout, note);
+                                                         }));
+              }
+              for (auto& [i, stack] : batch) r.workers[i].stack = stack.get();
+            }
+            for (auto& s : r.workers) {
+              if (!s.has_recorder && !s.stack.empty()) s.c10d_wait = c10d_wait_of(s.stack, s.pid);
+            }
+            return r;
+          });
     }
     if (!published_) {
       if (report_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
@@ -256,6 +396,7 @@ void HangWatch::tick(Clock::time_point now) {
     if (node_ == 0) return gather(now);
     if (store_->check({"diagnosis"})) {
       diagnosis_ = store_->get("diagnosis");
+      if (store_->check({"culprits"})) ask_python_stacks(store_->get("culprits"));
       std::string headline = diagnosis_.substr(0, diagnosis_.find('\n'));
       if (headline.rfind("hang: ", 0) == 0) headline.erase(0, 6);
       ddp::log::error("hang (node 0's agent has the stacks): {}", headline);
@@ -279,7 +420,7 @@ void HangWatch::gather(Clock::time_point now) {
     if (all || store_->check({key})) reports.push_back(NodeHangReport::from_json(store_->get(key)));
   }
   done_ = true;
-  const auto d = diagnose_hang(reports, nodes_);
+  const auto d = diagnose_hang(reports, nodes_, python_stack_signal_);
   if (!d) {
     ddp::log::info("hang warning withdrawn: no rank waits in a collective any more");
     return;
@@ -287,7 +428,11 @@ void HangWatch::gather(Clock::time_point now) {
   diagnosis_ = d->text;
   while (!diagnosis_.empty() && diagnosis_.back() == '\n') diagnosis_.pop_back();
   ddp::log::error("{}", diagnosis_);
+  std::string culprits;
+  for (int rank : d->culprits) culprits += (culprits.empty() ? "" : ",") + std::to_string(rank);
+  store_->set("culprits", culprits);
   store_->set("diagnosis", diagnosis_);
+  ask_python_stacks(culprits);
 }
 
 }  // namespace ddprun

@@ -6,7 +6,14 @@
 // its workers (their recorders, process states, and the stacks of those that may be the cause,
 // taken with eu-stack or gdb off the supervisor's thread); node 0's agent gathers the reports
 // (bounded) and logs one diagnosis naming the rank that holds the others up (hang_diagnosis.h).
-// Once per round. Store keys: round<N>/hang/{raised,node/<g>,diagnosis}.
+// Once per round. Store keys: round<N>/hang/{raised,node/<g>,diagnosis,culprits}.
+//
+// Workers without a recorder (Python workers, whose collectives are c10d's) are watched from
+// /proc instead: when one's main thread has neither run nor woken up for DDP_HANG_WARN_SEC, the
+// agent takes its native stack, and raises the hang if it waits in c10d (c10d_wait_of). The
+// reports then carry every such worker's stack, which tells the ranks waiting in c10d from the
+// one that is not; with DDP_PY_STACK_SIGNAL set, the agents send that signal to the Python
+// ranks named, for a faulthandler traceback in their output.
 #include <chrono>
 #include <future>
 #include <memory>
@@ -52,8 +59,21 @@ class HangWatch {
   const std::string& diagnosis() const { return diagnosis_; }
 
  private:
+  // A worker without a recorder: its main thread's activity (CPU ticks + context switches) as
+  // last read, since when it has not changed, and when its stack was last taken.
+  struct Activity {
+    long long count = -1;
+    Clock::time_point since{};
+    Clock::time_point probed{};
+    Clock::time_point frozen_until{};  // a stack tool's attach perturbs the counts: not activity
+  };
+
   bool local_wait_exceeded() const;
+  // Samples the recorder-less workers; true once one's stack shows it blocked in a c10d wait.
+  bool c10d_wait_confirmed(Clock::time_point now);
   void gather(Clock::time_point now);
+  // Sends DDP_PY_STACK_SIGNAL to this node's recorder-less workers among `culprits`.
+  void ask_python_stacks(const std::string& culprits) const;
 
   std::shared_ptr<ddp::Store> store_;
   int node_;
@@ -68,6 +88,10 @@ class HangWatch {
   bool published_ = false;
   bool done_ = false;
   std::string diagnosis_;
+  std::chrono::milliseconds python_threshold_;  // DDP_HANG_WARN_SEC; 0: off
+  std::string python_stack_signal_;             // DDP_PY_STACK_SIGNAL; "" when off
+  std::vector<Activity> activity_;
+  std::future<std::pair<std::size_t, std::string>> probe_;  // worker index, its stack
 };
 
 // Reads one worker's state: its flight recorder (if any), its process state, and, when it may be

@@ -250,7 +250,15 @@ namespace {
 
 // The program and how it is run: Python scripts and modules through $PYTHON_EXEC -u.
 void resolve_program(const CommandLine& cli, const EnvMap& env, LaunchConfig& c) {
+  c.doctor = cli.doctor;
+  c.preflight = pick_switch(cli, env, "preflight");
+  if (c.doctor && c.preflight) {
+    throw ConfigError(
+        "--preflight runs the doctor before the program; 'doctor' runs it instead: "
+        "drop one of them");
+  }
   if (cli.program.empty()) {
+    if (c.doctor) return;  // the doctor runs no program
     throw ConfigError("no program to run; usage: ddprun [OPTION...] PROGRAM [ARG...]");
   }
   const bool module = pick_switch(cli, env, "module");
@@ -502,7 +510,11 @@ std::string LaunchConfig::describe() const {
       << (rdzv_backend == RdzvBackend::kStatic ? "static" : "c10d") << " rendezvous at "
       << store_host << ":" << store_port << " (from " << store_source << "), run id '" << run_id
       << "', max restarts " << max_restarts << ":";
-  for (const auto& arg : command) out << " " << arg;
+  if (doctor) out << " doctor (the program is not run)";
+  if (preflight) out << " doctor, then";
+  if (!doctor) {
+    for (const auto& arg : command) out << " " << arg;
+  }
   return out.str();
 }
 

@@ -62,7 +62,10 @@ struct LaunchConfig {
   std::string local_addr;
   std::vector<int> signals_to_handle;
   // What each worker executes: argv[0] is a program name or path (PATH is searched at spawn).
+  // Empty only for the doctor without a program.
   std::vector<std::string> command;
+  bool doctor = false;     // `ddprun doctor`: check the nodes, run no program (doctor.h)
+  bool preflight = false;  // --preflight: the doctor first, then the program if every node passed
   // Where the values came from, for the one-line summary.
   std::string platform;
   std::string node_rank_source;

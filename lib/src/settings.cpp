@@ -82,6 +82,7 @@ const std::vector<const Setting*>& all() {
                                                     &kRingOrder,
                                                     &kHierarchySliceBytes,
                                                     &kHangWarnSec,
+                                                    &kPyStackSignal,
                                                     &kFlightRecorderEntries,
                                                     &kFlightRecorderFile,
                                                     &kStoreProtocol,
@@ -91,6 +92,10 @@ const std::vector<const Setting*>& all() {
                                                     &kStragglerPercent,
                                                     &kTraceDir,
                                                     &kNnodes,
+                                                    &kDoctorShmBytes,
+                                                    &kDoctorTransferMs,
+                                                    &kDoctorMinMbps,
+                                                    &kDoctorSweepFile,
                                                     &kTestHostId,
                                                     &kTestCpuBf16,
                                                     &kTestStepDelayMs};

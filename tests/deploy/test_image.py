@@ -92,7 +92,7 @@ def main():
                "for t in c++ g++ cmake ninja; do command -v $t; done; true")
     out = r.stdout.split()
     tools = sorted(t for t in out if "/" not in t and not t.startswith("uid="))
-    check("the image carries ddprun, the examples and the stager, nothing else in /usr/local/bin",
+    check("the image carries ddprun (and its doctor's sweep), the examples and the stager, nothing else in /usr/local/bin",
           tools == sorted(args.program),
           f"{tools}")
     check("it runs as uid 1000, not root", "uid=1000" in out, " ".join(t for t in out if t.startswith("uid=")))

@@ -6,10 +6,10 @@
 #include <gtest/gtest.h>
 
 #include "ddp/error.h"
+#include "ddp/net/local_address.h"
 #include "ddp/net/tcp_probe.h"
 #include "ddp/store.h"
 #include "multiprocess.h"
-#include "net/local_address.h"
 
 namespace ddp {
 namespace {

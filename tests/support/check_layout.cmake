@@ -27,7 +27,7 @@ set(multiprocess_tests
   "multiprocess/parallel/distributed_data_parallel_test.cpp=parallel/distributed_data_parallel"
   "multiprocess/train/trainer_test.cpp=train/trainer train/evaluation"
   "multiprocess/launcher/launcher_process_test.cpp=launcher/agent launcher/command_line launcher/failure_report launcher/host_facts launcher/main launcher/signal_inbox launcher/store_rendezvous launcher/supervisor launcher/worker_output launcher/worker_process"
-  "multiprocess/launcher/netns_pods_test.cpp=launcher/kubernetes"
+  "multiprocess/launcher/netns_pods_test.cpp=launcher/kubernetes launcher/doctor launcher/allreduce_sweep"
   "multiprocess/launcher/hang_process_test.cpp=launcher/hang_watch")
 set(allowed "")
 set(covered "")

@@ -13,6 +13,7 @@ constexpr int kData = 65;        // EX_DATAERR: dataset or checkpoint missing or
 constexpr int kRendezvous = 69;  // EX_UNAVAILABLE: store/peers unreachable, join timed out
 constexpr int kComm = 70;        // EX_SOFTWARE: a collective failed (peer died, timeout)
 constexpr int kPreempted = 75;  // EX_TEMPFAIL: stopped by SIGTERM after a checkpoint; rerun resumes
+constexpr int kNodeBad = 78;    // EX_CONFIG: ddprun doctor found this node, or a link of it, unfit
 constexpr int kSignalBase = 128;  // 128 + N: killed by signal N
 
 // The exit code for an exception escaping main(): ConfigError -> kConfig, DataError -> kData,

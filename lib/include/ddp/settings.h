@@ -187,7 +187,20 @@ inline constexpr Setting kHangWarnSec{
     "library",
     "A collective that has waited this many seconds (at most 3/4 of DDP_TIMEOUT_SEC) makes ddprun "
     "gather every rank's flight recorder and name the rank holding the others up; 0 turns it "
-    "off (TrainerOptions::hang_warn_sec wins)."};
+    "off (TrainerOptions::hang_warn_sec wins). ddprun applies it to Python workers too: a main "
+    "thread blocked this long in a c10d wait."};
+inline constexpr Setting kPyStackSignal{
+    "DDP_PY_STACK_SIGNAL",
+    Type::kChoice,
+    "off",
+    0,
+    0,
+    "off|SIGUSR1|SIGUSR2",
+    "",
+    "ddprun",
+    "The signal on which Python workers registered faulthandler (faulthandler.register): ddprun "
+    "sends it to a Python rank the hang diagnosis names, if it catches it, for its Python "
+    "stack."};
 inline constexpr Setting kFlightRecorderEntries{
     "DDP_FLIGHT_RECORDER_ENTRIES",
     Type::kInteger,
@@ -294,6 +307,49 @@ inline constexpr Setting kNnodes{
     "ddprun",
     "The node count, N or MIN:MAX, where neither --nnodes nor PET_NNODES gives it (e.g. an "
     "Indexed Job's manifest)."};
+
+inline constexpr Setting kDoctorShmBytes{
+    "DDP_DOCTOR_SHM_BYTES",
+    Type::kBytes,
+    "64 MiB per rank, at least 256 MiB",
+    0,
+    1L << 50,
+    "",
+    "",
+    "ddprun",
+    "The free room ddprun doctor requires in each node's /dev/shm."};
+inline constexpr Setting kDoctorTransferMs{
+    "DDP_DOCTOR_TRANSFER_MS",
+    Type::kInteger,
+    "1000",
+    50,
+    60000,
+    "",
+    "",
+    "ddprun",
+    "How long ddprun doctor streams over each ring link in each direction."};
+inline constexpr Setting kDoctorMinMbps{
+    "DDP_DOCTOR_MIN_MBPS",
+    Type::kInteger,
+    "0 (links are judged against their median only)",
+    0,
+    1000000,
+    "",
+    "",
+    "ddprun",
+    "A link slower than this many Mbit/s in either direction is bad, whatever the median (the "
+    "only judge of a 2-node job's one link)."};
+inline constexpr Setting kDoctorSweepFile{
+    "DDP_DOCTOR_SWEEP_FILE",
+    Type::kText,
+    "none (set by ddprun doctor for rank 0 of its sweep)",
+    0,
+    0,
+    "",
+    "",
+    "ddprun",
+    "Where ddprun-allreduce-sweep's rank 0 writes the bus bandwidth it measured, for the doctor's "
+    "table."};
 
 // --- Test hooks (never needed in production) ----------------------------------------------------
 inline constexpr Setting kTestHostId{

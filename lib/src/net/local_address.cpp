@@ -1,4 +1,4 @@
-#include "net/local_address.h"
+#include "ddp/net/local_address.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

@@ -1,7 +1,7 @@
 // Unit test of lib/src/net/local_address.cpp: is_loopback on names and addresses, and
 // local_address_towards on loopback destinations only (no packet leaves this host: the function
 // only connects a UDP socket), plus the error for a name that cannot resolve.
-#include "net/local_address.h"
+#include "ddp/net/local_address.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

@@ -133,6 +133,56 @@ TEST(DdprunProcess, TwoAgentsOnLoopbackFormOneGroup) {
   EXPECT_NE(out1.find("MASTER_PORT=" + std::to_string(port)), std::string::npos) << out1;
 }
 
+// ddprun doctor on one host: two agents of two ranks each (named "node N", their hostnames
+// being one), the one ring link measured, and the allreduce sweep run over each backend.
+TEST(DdprunProcess, DoctorOnLoopbackMeasuresTheLinkAndSweepsEachBackend) {
+  for (const char* backend : {"gloo", "fabric"}) {
+    SCOPED_TRACE(backend);
+    const std::map<std::string, std::string> env{
+        {"DDP_BACKEND", backend}, {"DDP_DOCTOR_TRANSFER_MS", "200"}, {"DDP_DOCTOR_SHM_BYTES", "1"}};
+    const int port = ddp::testing::free_tcp_port();
+    auto flags1 = node_flags(1, port);
+    flags1.insert(flags1.begin(), "doctor");  // `ddprun doctor [OPTION...]` works too
+    ChildProcess node1(cmd(flags1, {}), env);
+    ChildProcess node0(cmd(node_flags(0, port), {"doctor", kWorker}), env);
+    ASSERT_EQ(node0.wait(seconds(120)), 0) << node0.output();
+    ASSERT_EQ(node1.wait(seconds(30)), 0) << node1.output();
+    const std::string out = node0.output();
+    EXPECT_NE(out.find(std::string("ddprun doctor: 2 nodes x 2 ranks, backend ") + backend),
+              std::string::npos)
+        << out;
+    EXPECT_TRUE(std::regex_search(out, std::regex("node 0 -> node 1 +[0-9.]+ +[0-9.]+ +[0-9.]+\n")))
+        << out;
+    EXPECT_TRUE(std::regex_search(
+        out, std::regex("allreduce busbw \\(Gb/s\\): 4 KiB [0-9.]+; 64 KiB [0-9.]+; 1 MiB [0-9.]+; "
+                        "16 MiB [0-9.]+\n")))
+        << out;
+    EXPECT_NE(out.find("verdict: healthy (2 nodes)"), std::string::npos) << out;
+    EXPECT_EQ(out.find("[rank"), std::string::npos) << "the program ran: " << out;
+  }
+}
+
+// Two nodes have one link, which only DDP_DOCTOR_MIN_MBPS can judge: 1 Tbit/s is more than
+// loopback carries, so both ends are bad (78).
+TEST(DdprunProcess, DoctorJudgesTwoNodesAgainstTheFloor) {
+  const std::map<std::string, std::string> env{{"DDP_DOCTOR_TRANSFER_MS", "100"},
+                                               {"DDP_DOCTOR_SHM_BYTES", "1"},
+                                               {"DDP_DOCTOR_MIN_MBPS", "1000000"}};
+  const int port = ddp::testing::free_tcp_port();
+  ChildProcess node1(cmd(node_flags(1, port, 1), {"doctor"}), env);
+  ChildProcess node0(cmd(node_flags(0, port, 1), {"doctor"}), env);
+  EXPECT_EQ(node0.wait(seconds(120)), ddp::exit_code::kNodeBad) << node0.output();
+  EXPECT_EQ(node1.wait(seconds(30)), ddp::exit_code::kNodeBad) << node1.output();
+  EXPECT_TRUE(std::regex_search(
+      node1.output(), std::regex("this node \\(node 1\\) is bad: node 0 <-> node 1: [0-9.]+ Gb/s, "
+                                 "below DDP_DOCTOR_MIN_MBPS \\(1000.00 Gb/s\\); exit 78")))
+      << node1.output();
+
+  ChildProcess both(cmd({"--standalone", "--preflight"}, {"doctor"}), {});
+  EXPECT_EQ(both.wait(seconds(30)), ddp::exit_code::kConfig) << both.output();
+  EXPECT_NE(both.output().find("drop one of them"), std::string::npos) << both.output();
+}
+
 TEST(DdprunProcess, C10dRendezvousAssignsNodesByJoinOrder) {
   const int port = ddp::testing::free_tcp_port();
   const std::vector<std::string> flags = {

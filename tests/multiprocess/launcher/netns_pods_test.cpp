@@ -12,6 +12,8 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <regex>
+#include <tuple>
 
 #include "child_process.h"
 
@@ -247,6 +249,117 @@ TEST_F(NetnsPods, TwoPodsOfTwoRanksRunHierarchicalCollectives) {
       EXPECT_EQ(ranks_seen, 2) << out;
     }
   }
+}
+
+// ddprun doctor's pods: each with a /dev/shm of its own (a private mount namespace with a tmpfs
+// of `shm` size), JOB_COMPLETION_INDEX and DDP_NNODES as in an Indexed Job.
+class DoctorPods : public NetnsPods {
+ protected:
+  void SetUp() override {
+    NetnsPods::SetUp();
+    if (IsSkipped()) return;
+    if (!run("unshare --mount true")) GTEST_SKIP() << "'unshare --mount' is not permitted here";
+    write_hosts(2, /*with_master=*/true);
+  }
+
+  std::unique_ptr<ChildProcess> start(int i, int nodes, const std::string& shm,
+                                      const std::vector<std::string>& args) const {
+    std::vector<std::string> argv{"/usr/sbin/ip",
+                                  "netns",
+                                  "exec",
+                                  pod_ns(i),
+                                  "/usr/bin/unshare",
+                                  "--uts",
+                                  "--mount",
+                                  "/bin/sh",
+                                  "-c",
+                                  "hostname train-" + std::to_string(i) +
+                                      " && mount -t tmpfs -o size=" + shm +
+                                      " tmpfs /dev/shm && exec \"$0\" \"$@\"",
+                                  DDPRUN_PATH,
+                                  "--nproc-per-node",
+                                  "1",
+                                  "--monitor-interval",
+                                  "0.05"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return std::make_unique<ChildProcess>(
+        argv, std::map<std::string, std::string>{{"JOB_COMPLETION_INDEX", std::to_string(i)},
+                                                 {"DDP_NNODES", std::to_string(nodes)},
+                                                 {"DDP_DOCTOR_TRANSFER_MS", "400"}});
+  }
+
+  // A link of its own between pods a and b (a veth pair, and /32 routes that take it instead of
+  // the bridge), shaped to `rate` in both directions with tc tbf.
+  void shape_link(int a, int b, const std::string& rate) {
+    const std::string da = "d" + std::to_string(a) + std::to_string(b);
+    const std::string db = "d" + std::to_string(b) + std::to_string(a);
+    ASSERT_TRUE(run("ip link add " + da + " netns " + pod_ns(a) + " type veth peer name " + db +
+                    " netns " + pod_ns(b)));
+    for (const auto& [pod, dev, peer] : {std::tuple{a, da, b}, std::tuple{b, db, a}}) {
+      ASSERT_TRUE(run("ip -n " + pod_ns(pod) + " link set " + dev + " up"));
+      ASSERT_TRUE(run("ip -n " + pod_ns(pod) + " route add " + pod_ip(peer) + "/32 dev " + dev));
+      ASSERT_TRUE(run("ip netns exec " + pod_ns(pod) + " tc qdisc add dev " + dev +
+                      " root tbf rate " + rate + " burst 64kb latency 200ms"));
+    }
+  }
+};
+
+// Three pods; the link between train-1 and train-2 is shaped far below the others (200 Mbit/s,
+// where the bridge carries gigabits) and train-0's /dev/shm has 16 MiB. The doctor names exactly
+// those two problems, and each pod named exits 78.
+TEST_F(DoctorPods, NamesTheSlowLinkAndThePodShortOfSharedMemory) {
+  shape_link(1, 2, "200mbit");
+  std::vector<std::unique_ptr<ChildProcess>> pods;
+  for (int i : {2, 1, 0}) pods.push_back(start(i, 3, i == 0 ? "16m" : "1g", {"doctor"}));
+  for (auto& pod : pods) EXPECT_EQ(pod->wait(seconds(180)), 78) << pod->output();
+  const std::string report = pods[2]->output();  // node 0's
+  EXPECT_NE(report.find("ddprun doctor: 3 nodes x 1 ranks, backend gloo"), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("verdict: 2 problems on train-0, train-1, train-2"), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("train-0: /dev/shm has 16 MiB free of 16 MiB, needs 256 MiB"),
+            std::string::npos)
+      << report;
+  EXPECT_TRUE(std::regex_search(report, std::regex("train-1 <-> train-2: 0\\.[0-9]+ Gb/s, [0-9]+x "
+                                                   "below the median")))
+      << report;
+  EXPECT_TRUE(std::regex_search(report, std::regex("allreduce busbw \\(Gb/s\\): 4 KiB [0-9.]+;")))
+      << report;
+  EXPECT_NE(pods[0]->output().find("doctor: this node (node 2) is bad: train-1 <-> train-2"),
+            std::string::npos)
+      << pods[0]->output();
+}
+
+TEST_F(DoctorPods, PassesHealthyPods) {
+  std::vector<std::unique_ptr<ChildProcess>> pods;
+  for (int i : {2, 1, 0}) pods.push_back(start(i, 3, "1g", {"doctor", "train.py"}));
+  for (auto& pod : pods) EXPECT_EQ(pod->wait(seconds(180)), 0) << pod->output();
+  const std::string report = pods[2]->output();
+  EXPECT_NE(report.find("verdict: healthy (3 nodes)"), std::string::npos) << report;
+  EXPECT_NE(report.find("train-2 -> train-0"), std::string::npos) << report;
+  EXPECT_EQ(report.find("BAD"), std::string::npos) << report;
+}
+
+// --preflight: a pod short of /dev/shm keeps the job from starting (78 there, 69 on the other
+// pod, no worker ran); with room, the doctor passes and the workers run.
+TEST_F(DoctorPods, PreflightFailsFastOrStartsTheWorkers) {
+  const std::vector<std::string> job{"--preflight", WORKER_PATH, "--print-env"};
+  auto pod1 = start(1, 2, "16m", job);
+  auto pod0 = start(0, 2, "1g", job);
+  EXPECT_EQ(pod1->wait(seconds(120)), 78) << pod1->output();
+  EXPECT_EQ(pod0->wait(seconds(120)), 69) << pod0->output();
+  EXPECT_EQ(pod0->output().find("[rank"), std::string::npos) << pod0->output();
+  EXPECT_NE(pod0->output().find("doctor: this node is healthy; 1 other node is bad (train-1: "
+                                "/dev/shm has 16 MiB free"),
+            std::string::npos)
+      << pod0->output();
+
+  pod1 = start(1, 2, "1g", job);
+  pod0 = start(0, 2, "1g", job);
+  EXPECT_EQ(pod1->wait(seconds(120)), 0) << pod1->output();
+  EXPECT_EQ(pod0->wait(seconds(120)), 0) << pod0->output();
+  EXPECT_NE(pod0->output().find("verdict: healthy (2 nodes)"), std::string::npos) << pod0->output();
+  EXPECT_NE(pod0->output().find("[rank0]:rank=0 sum=3 ok"), std::string::npos) << pod0->output();
 }
 
 }  // namespace

@@ -16,9 +16,9 @@
 #include "ddp/env_vars.h"
 #include "ddp/error.h"
 #include "ddp/log.h"
+#include "ddp/net/local_address.h"
 #include "ddp/settings.h"
 #include "ddp/store.h"
-#include "net/local_address.h"
 
 namespace ddp::detail::fabric {
 namespace {

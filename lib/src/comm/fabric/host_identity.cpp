@@ -8,7 +8,7 @@
 #include "comm/fabric/cross_memory_attach.h"
 #include "ddp/comm/topology.h"
 #include "ddp/error.h"
-#include "net/local_address.h"
+#include "ddp/net/local_address.h"
 
 namespace ddp::detail::fabric {
 

@@ -4,8 +4,8 @@
 
 #include "ddp/error.h"
 #include "ddp/log.h"
+#include "ddp/net/local_address.h"
 #include "ddp/settings.h"
-#include "net/local_address.h"
 
 namespace ddp::detail {
 

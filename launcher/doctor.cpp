@@ -1,0 +1,407 @@
+#include "doctor.h"
+
+#include <glob.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "ddp/error.h"
+#include "ddp/exit_codes.h"
+#include "ddp/log.h"
+#include "ddp/net/local_address.h"
+#include "ddp/settings.h"
+#include "ddp/store.h"
+#include "doctor_report.h"
+#include "link_probe.h"
+#include "worker_process.h"
+
+namespace ddprun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using namespace doctor;
+
+constexpr milliseconds kDnsTimeout{5000};
+constexpr milliseconds kSweepTimeout{120000};
+
+// libfabric's providers, from `fi_info -l` (one "name:" line each), bounded to 10 s.
+void read_providers(const EnvMap& env, NodeFacts& facts) {
+  try {
+    (void)find_program("fi_info", env);
+  } catch (const ddp::ConfigError&) {
+    return;
+  }
+  FILE* pipe = popen("timeout 10 fi_info -l 2>/dev/null", "r");
+  if (pipe == nullptr) return;
+  facts.fi_info_found = true;
+  char line[512];
+  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
+    std::string text(line);
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    if (!text.empty() && text.back() == ':' && text[0] != ' ' && text[0] != '\t') {
+      text.pop_back();
+      facts.providers.push_back(text);
+    }
+  }
+  pclose(pipe);
+}
+
+long long meminfo_value(const std::string& key) {
+  std::ifstream in("/proc/meminfo");
+  std::string name;
+  long long value = 0;
+  std::string rest;
+  while (in >> name >> value) {
+    std::getline(in, rest);
+    if (name == key + ":") return value;
+  }
+  return 0;
+}
+
+// getaddrinfo cannot be cancelled: each lookup runs on a detached thread, and a lookup still
+// running after kDnsTimeout counts as failed.
+std::vector<DnsAnswer> resolve_all(const std::vector<std::string>& names) {
+  struct Pending {
+    std::string name;
+    Clock::time_point start;
+    std::shared_ptr<std::promise<DnsAnswer>> promise;
+    std::future<DnsAnswer> future;
+  };
+  std::vector<Pending> pending;
+  for (const auto& name : names) {
+    auto promise = std::make_shared<std::promise<DnsAnswer>>();
+    Pending p{name, Clock::now(), promise, promise->get_future()};
+    std::thread([name, promise, start = p.start] {
+      DnsAnswer a;
+      a.name = name;
+      addrinfo hints{};
+      hints.ai_family = AF_UNSPEC;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* found = nullptr;
+      const int rc = getaddrinfo(name.c_str(), nullptr, &hints, &found);
+      a.ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      a.resolved = rc == 0;
+      if (rc != 0) a.error = gai_strerror(rc);
+      if (found != nullptr) freeaddrinfo(found);
+      promise->set_value(a);
+    }).detach();
+    pending.push_back(std::move(p));
+  }
+  std::vector<DnsAnswer> answers;
+  for (auto& p : pending) {
+    if (p.future.wait_until(p.start + kDnsTimeout) == std::future_status::ready) {
+      answers.push_back(p.future.get());
+    } else {
+      answers.push_back(
+          {p.name, false, static_cast<double>(kDnsTimeout.count()), "no answer within 5 s"});
+    }
+  }
+  return answers;
+}
+
+NodeFacts probe_node(const EnvMap& env, const HostFacts& host, int node) {
+  NodeFacts f;
+  f.node = node;
+  f.hostname = host.hostname;
+  f.usable_cpus = host.usable_cpus;
+  read_providers(env, f);
+  glob_t found{};
+  if (glob("/dev/infiniband/uverbs*", 0, nullptr, &found) == 0) {
+    f.efa_devices = static_cast<int>(found.gl_pathc);
+  }
+  globfree(&found);
+  rlimit limit{};
+  if (getrlimit(RLIMIT_MEMLOCK, &limit) == 0) {
+    f.memlock_bytes = limit.rlim_cur == RLIM_INFINITY ? -1 : static_cast<long long>(limit.rlim_cur);
+  }
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    f.nofile_soft =
+        limit.rlim_cur == RLIM_INFINITY ? (1LL << 40) : static_cast<long long>(limit.rlim_cur);
+  }
+  f.hugepages_total = meminfo_value("HugePages_Total");
+  f.hugepages_free = meminfo_value("HugePages_Free");
+  struct statvfs shm {};
+  if (statvfs("/dev/shm", &shm) == 0) {
+    f.shm_free_bytes = static_cast<long long>(shm.f_bavail) * static_cast<long long>(shm.f_frsize);
+    f.shm_size_bytes = static_cast<long long>(shm.f_blocks) * static_cast<long long>(shm.f_frsize);
+  }
+  return f;
+}
+
+// Every node adds itself to `key`; returns once all `nodes` did, or throws StoreError.
+void barrier(ddp::Store& store, const std::string& key, int nodes, milliseconds timeout,
+             const std::function<void()>& poll_interrupt) {
+  const auto deadline = Clock::now() + timeout;
+  milliseconds pause(5);  // backs off to 100 ms: a thousand agents poll the one store
+  for (int64_t seen = store.add(key, 1); seen < nodes; seen = store.add(key, 0)) {
+    poll_interrupt();
+    if (Clock::now() > deadline) {
+      throw ddp::StoreError("doctor: only " + std::to_string(seen) + " of " +
+                            std::to_string(nodes) + " nodes reached '" + key + "' within " +
+                            std::to_string(timeout.count() / 1000) +
+                            " s; a node stopped answering (see its log)");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, milliseconds(100));
+  }
+}
+
+std::string read_fd(int fd) {
+  std::string out;
+  char buffer[4096];
+  pollfd p{fd, POLLIN, 0};
+  while (poll(&p, 1, 0) > 0) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n <= 0) break;
+    out.append(buffer, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+// The allreduce sweep's program, installed beside ddprun; "" when missing.
+std::string sweep_program(const EnvMap& env) {
+  char self[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<std::size_t>(n));
+    dir = dir.substr(0, dir.find_last_of('/'));
+    const std::string beside = dir + "/ddprun-allreduce-sweep";
+    if (access(beside.c_str(), X_OK) == 0) return beside;
+  }
+  try {
+    return find_program("ddprun-allreduce-sweep", env);
+  } catch (const ddp::ConfigError&) {
+    return "";
+  }
+}
+
+// Runs this node's ranks of the sweep; "" when they all succeeded, else what failed.
+std::string run_sweep(const std::string& program, const LaunchConfig& config, const EnvMap& env,
+                      const NodeAssignment& node, const std::string& store_host, int store_port,
+                      const std::string& result_file, const std::function<void()>& poll_interrupt) {
+  std::vector<std::unique_ptr<WorkerProcess>> ranks;
+  for (int lr = 0; lr < config.nproc_per_node; ++lr) {
+    EnvMap worker = worker_environment(env, config, node, {lr, ""}, store_host, store_port);
+    worker.erase("TORCHELASTIC_ERROR_FILE");
+    if (node.rank_offset + lr == 0) worker[ddp::settings::kDoctorSweepFile.name] = result_file;
+    ranks.push_back(std::make_unique<WorkerProcess>(std::vector<std::string>{program}, worker));
+  }
+  const auto deadline = Clock::now() + kSweepTimeout;
+  std::string failure;
+  std::vector<std::string> stderr_text(ranks.size());
+  for (bool running = true; running;) {
+    running = false;
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      if (ranks[i]->stdout_fd() >= 0) (void)read_fd(ranks[i]->stdout_fd());
+      if (ranks[i]->stderr_fd() >= 0) stderr_text[i] += read_fd(ranks[i]->stderr_fd());
+      if (ranks[i]->running() && !ranks[i]->try_reap()) running = true;
+    }
+    if (!running) break;
+    if (Clock::now() > deadline) {
+      for (auto& r : ranks) r->signal_group(SIGKILL);
+      failure = "the allreduce sweep did not finish within " +
+                std::to_string(kSweepTimeout.count() / 1000) + " s";
+    }
+    try {
+      poll_interrupt();
+    } catch (...) {
+      for (auto& r : ranks) r->signal_group(SIGKILL);
+      throw;
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  if (!failure.empty()) return failure;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i]->status().code == 0) continue;
+    std::string last;
+    std::istringstream lines(stderr_text[i]);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty()) last = line;
+    }
+    return "rank " + std::to_string(node.rank_offset + static_cast<int>(i)) + " of the allreduce " +
+           "sweep exited with " + std::to_string(ranks[i]->status().code) +
+           (last.empty() ? "" : ": " + last);
+  }
+  return "";
+}
+
+Requirements requirements_of(const LaunchConfig& config, const NodeAssignment& node) {
+  Requirements r;
+  r.nproc_per_node = config.nproc_per_node;
+  r.world_size = node.world_size;
+  r.shm_min_bytes = ddp::settings::integer(ddp::settings::kDoctorShmBytes)
+                        .value_or(default_shm_min_bytes(config.nproc_per_node));
+  r.backend = ddp::settings::spelling(ddp::settings::kBackend).value_or("gloo");
+  r.provider = ddp::settings::text(ddp::settings::kFabricProvider).value_or("");
+  return r;
+}
+
+}  // namespace
+
+int run_doctor(const LaunchConfig& config, const HostFacts& host, const EnvMap& env,
+               Rendezvous& rendezvous, const NodeAssignment& node, const std::string& log_root,
+               const std::function<void()>& poll_interrupt) {
+  const int nodes = node.group_world_size;
+  const auto store = rendezvous.round_store(node.round, "doctor");
+  const milliseconds transfer(
+      ddp::settings::integer(ddp::settings::kDoctorTransferMs).value_or(1000));
+  const milliseconds io_timeout = transfer + milliseconds(15000);
+  const milliseconds step_timeout = config.rdzv.read_timeout + 2 * io_timeout;
+  ddp::log::info("doctor: checking node {} of {} ({} ranks per node)", node.group_rank, nodes,
+                 config.nproc_per_node);
+
+  // Where the peers reach this node: the address that routes to the store (or --local-addr).
+  std::string address = config.local_addr;
+  if (address.empty()) {
+    address = ddp::net::is_loopback(rendezvous.store_host())
+                  ? "127.0.0.1"
+                  : ddp::net::local_address_towards(rendezvous.store_host());
+  }
+  LinkProbeServer probe("0.0.0.0", io_timeout);
+  std::string fqdn = host.hostname;
+  try {
+    fqdn = host.fqdn ? host.fqdn() : host.hostname;
+  } catch (const std::exception&) {
+  }
+  store->set("where/" + std::to_string(node.group_rank),
+             fqdn + "\n" + address + "\n" + std::to_string(probe.port()));
+  std::vector<std::string> where_keys;
+  for (int n = 0; n < nodes; ++n) where_keys.push_back("where/" + std::to_string(n));
+  const auto where = store->multi_get(where_keys);
+  std::vector<std::string> peer_names, peer_addresses(static_cast<std::size_t>(nodes));
+  std::vector<int> peer_ports(static_cast<std::size_t>(nodes));
+  for (int n = 0; n < nodes; ++n) {
+    std::istringstream in(where[static_cast<std::size_t>(n)]);
+    std::string name, port;
+    std::getline(in, name);
+    std::getline(in, peer_addresses[static_cast<std::size_t>(n)]);
+    std::getline(in, port);
+    peer_ports[static_cast<std::size_t>(n)] = std::atoi(port.c_str());
+    if (n != node.group_rank) peer_names.push_back(name);
+  }
+
+  NodeFacts facts = probe_node(env, host, node.group_rank);
+  facts.address = address;
+  facts.probe_port = probe.port();
+  facts.dns = resolve_all(peer_names);
+
+  // The ring, phase by phase: in each, this node measures at most one link.
+  std::vector<LinkResult> links;
+  const auto phases = ring_phases(nodes);
+  LinkProbeOptions options;
+  options.transfer = transfer;
+  options.io_timeout = io_timeout;
+  for (std::size_t k = 0; k < phases.size(); ++k) {
+    for (const auto& [from, to] : phases[k]) {
+      if (from != node.group_rank) continue;
+      LinkResult r{from, to, {}, ""};
+      try {
+        r.figures = measure_link(peer_addresses[static_cast<std::size_t>(to)],
+                                 peer_ports[static_cast<std::size_t>(to)], options);
+      } catch (const LinkError& e) {
+        r.error = e.what();
+      }
+      links.push_back(r);
+    }
+    barrier(*store, "phase/" + std::to_string(k), nodes, step_timeout, poll_interrupt);
+  }
+
+  // The allreduce sweep over the chosen backend, with the job's ranks.
+  std::string sweep_note;
+  std::string sweep_error;
+  const std::string program = sweep_program(env);
+  const std::string sweep_file = log_root + "/doctor-sweep.json";
+  if (program.empty()) {
+    sweep_note = "skipped: ddprun-allreduce-sweep is not installed beside ddprun or on PATH";
+  } else {
+    sweep_error = run_sweep(program, config, env, node, rendezvous.store_host(),
+                            rendezvous.store_port(), sweep_file, poll_interrupt);
+  }
+  std::string facts_json = facts_to_json(facts, links);
+  store->set("facts/" + std::to_string(node.group_rank), facts_json);
+  if (!sweep_error.empty())
+    store->set("sweep_error/" + std::to_string(node.group_rank), sweep_error);
+
+  Verdict verdict;
+  if (node.group_rank == 0) {
+    std::vector<std::string> keys;
+    for (int n = 0; n < nodes; ++n) keys.push_back("facts/" + std::to_string(n));
+    std::vector<NodeFacts> all;
+    std::vector<LinkResult> all_links;
+    for (const auto& json : store->multi_get(keys)) all.push_back(facts_from_json(json, all_links));
+    const Requirements req = requirements_of(config, node);
+    std::vector<std::vector<Finding>> findings;
+    for (int n = 0; n < nodes; ++n) {
+      findings.push_back(evaluate_node(all[static_cast<std::size_t>(n)], req));
+      const std::string key = "sweep_error/" + std::to_string(n);
+      if (store->check({key})) {
+        findings.back().push_back({"sweep", Level::kBad, store->get(key)});
+      }
+    }
+    std::vector<SweepPoint> sweep;
+    if (!program.empty()) {
+      std::ifstream in(sweep_file);
+      std::stringstream text;
+      text << in.rdbuf();
+      try {
+        if (!text.str().empty()) sweep = sweep_from_json(text.str());
+      } catch (const std::exception& e) {
+        sweep_note = e.what();
+      }
+      if (sweep.empty() && sweep_note.empty()) sweep_note = "no result (see the problems below)";
+    }
+    const double min_gbps =
+        static_cast<double>(ddp::settings::integer(ddp::settings::kDoctorMinMbps).value_or(0)) /
+        1000.0;
+    verdict = judge(all, findings, all_links, min_gbps);
+    std::istringstream table(render(all, findings, all_links, sweep, sweep_note, verdict, req));
+    for (std::string line; std::getline(table, line);) {
+      if (verdict.problems.empty()) {
+        ddp::log::info("{}", line);
+      } else {
+        ddp::log::warn("{}", line);
+      }
+    }
+    store->set("verdict", verdict_to_json(verdict));
+  } else {
+    verdict = verdict_from_json(store->get("verdict"));
+  }
+  // Node 0 serves the store: it leaves only once every node has read the verdict (or a node
+  // that vanished meanwhile made that wait time out, which changes no node's verdict).
+  try {
+    barrier(*store, "verdict_read", nodes, step_timeout, poll_interrupt);
+  } catch (const ddp::StoreError& e) {
+    ddp::log::warn("{}", e.what());
+  }
+
+  const bool mine = verdict.bad_nodes.count(node.group_rank) != 0;
+  if (verdict.problems.empty()) {
+    ddp::log::info("doctor: node {} healthy; all {} nodes healthy", node.group_rank, nodes);
+    return ddp::exit_code::kSuccess;
+  }
+  if (mine) {
+    ddp::log::error("doctor: this node (node {}) is bad: {}; exit {}", node.group_rank,
+                    verdict.reason[node.group_rank], ddp::exit_code::kNodeBad);
+    return ddp::exit_code::kNodeBad;
+  }
+  ddp::log::warn("doctor: this node is healthy; {} other{} bad ({})", verdict.bad_nodes.size(),
+                 verdict.bad_nodes.size() == 1 ? " node is" : " nodes are",
+                 verdict.problems.front());
+  return config.preflight ? ddp::exit_code::kRendezvous : ddp::exit_code::kSuccess;
+}
+
+}  // namespace ddprun
