@@ -200,6 +200,45 @@ TEST_F(TrainMnist, UnderDdprunTheErrorFileCarriesTheTrainersException) {
   EXPECT_EQ(doc["message"]["errorCode"], exit_code::kData) << doc.dump();
 }
 
+// No launcher: Open MPI's mpirun (Debian's openmpi-bin) starts two ranks, which take their place
+// from OMPI_COMM_WORLD_* (rank 0 hosts the store) and train together.
+TEST_F(TrainMnist, MpirunStartsTwoRanksWithNoLauncher) {
+  if (access("/usr/bin/mpirun", X_OK) != 0) {
+    GTEST_SKIP() << "/usr/bin/mpirun is missing; install openmpi-bin (scripts/install-deps)";
+  }
+  const int port = testing::free_tcp_port();
+  Process p = start({"/usr/bin/mpirun",
+                     "--allow-run-as-root",
+                     "--oversubscribe",
+                     "-np",
+                     "2",
+                     "-x",
+                     "MASTER_PORT=" + std::to_string(port),
+                     "-x",
+                     "DDP_TIMEOUT_SEC=60",
+                     TRAIN_MNIST_PATH,
+                     "--data",
+                     dir_.path(),
+                     "--epochs",
+                     "1",
+                     "--train-subset",
+                     "512",
+                     "--threads",
+                     "1",
+                     "--checkpoint-dir",
+                     dir_.file("mpi-ckpt")},
+                    {}, dir_.file("mpirun.log"));
+  ASSERT_EQ(wait_for(p, Clock::now() + 120s), 0) << read_text(p.log);
+  const std::string out = read_text(p.log);
+  for (int r : {0, 1}) {
+    EXPECT_NE(out.find("joined as rank " + std::to_string(r) + "/2 (local " + std::to_string(r) +
+                       "/2), master 127.0.0.1:" + std::to_string(port) + ", from Open MPI"),
+              std::string::npos)
+        << out;
+  }
+  EXPECT_NE(out.find("epoch 1/1: train loss"), std::string::npos) << out;
+}
+
 TEST_F(TrainMnist, TwoRanksUnderDdprun) {
   Process p = start({DDPRUN_PATH, "--standalone", "--nproc-per-node", "2", TRAIN_MNIST_PATH,
                      "--data", dir_.path(), "--epochs", "1", "--train-subset", "512"},
