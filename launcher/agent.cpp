@@ -145,7 +145,7 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
       ddp::log::info("round {}: node {} of {}, ranks {}..{} of {}", node.round, node.group_rank,
                      node.group_world_size, node.rank_offset,
                      node.rank_offset + config.nproc_per_node - 1, node.world_size);
-      if (doctor_first && node.round == 0 && !supervisor.started_for(node)) {
+      if (doctor_first && node.round == 0) {  // (no worker starts early then)
         const int code =
             run_doctor(effective, host, env, rendezvous, node, log_root, poll_interrupt);
         if (config.doctor || code != ddp::exit_code::kSuccess) {
