@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <memory>
 #include <sstream>
 
 #include "ddp/error.h"
@@ -135,6 +136,13 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
   };
   try {
     Supervisor supervisor(effective, env, program, log_root, inbox, host.hostname);
+    MetricsBoard board;
+    std::unique_ptr<MetricsServer> metrics;
+    if (config.metrics_port != 0) {
+      metrics =
+          std::make_unique<MetricsServer>(config.metrics_port, [&board] { return board.render(); });
+      supervisor.report_to(&board);
+    }
     if (start_early) {
       supervisor.start(NodeAssignment{0, 0, 1, 0, config.nproc_per_node}, effective.store_host,
                        effective.store_port);

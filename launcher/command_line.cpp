@@ -100,6 +100,9 @@ const std::vector<FlagSpec>& flag_specs() {
        "Signals forwarded to the workers before stopping them"},
       {"shutdown-timeout", "", true, "30",
        "Seconds workers get after a forwarded signal before SIGKILL"},
+      {"metrics-port", "", true, "",
+       "Serve Prometheus metrics (GET /metrics) on this port on every node: step time, images/s, "
+       "loss, learning rate, allreduce wait and bytes, restarts, worker states (default: off)"},
       {"preflight", "", false, "",
        "Run 'ddprun doctor' before the workers start and fail fast (exit 78 on a bad node)"},
       {"print-settings", "", false, "",

@@ -434,6 +434,7 @@ void resolve_supervision(const CommandLine& cli, const EnvMap& env, const HostFa
   }
   if (!c.rdzv.token_file.empty()) c.rdzv.join_token = read_join_token(c.rdzv.token_file);
   if (auto v = pick(cli, env, "max-restarts")) c.max_restarts = to_int(*v, 0, 1 << 20);
+  if (auto v = pick(cli, env, "metrics-port")) c.metrics_port = to_int(*v, 1, 65535);
   if (auto v = pick(cli, env, "monitor-interval")) {
     c.monitor_interval = to_seconds(v->source, v->value, 0.001, 3600);
   }

@@ -49,6 +49,7 @@ struct Supervisor::Worker {
   int rank = 0;
   std::string error_file;
   std::string recorder_file;  // DDP_FLIGHT_RECORDER_FILE: the worker's flight recorder
+  std::string live_file;      // DDP_LIVE_METRICS_FILE, with --metrics-port; else ""
   std::unique_ptr<WorkerProcess> process;
   std::unique_ptr<WorkerOutput> out;
   std::unique_ptr<WorkerOutput> err;
@@ -99,6 +100,10 @@ void Supervisor::start(const NodeAssignment& node, const std::string& store_host
     std::filesystem::remove(w.error_file);  // a stale file would be taken for this run's error
     w.recorder_file = dir + "/flight_recorder.bin";
     std::filesystem::remove(w.recorder_file);
+    if (config_.metrics_port != 0) {
+      w.live_file = dir + "/live_metrics.bin";
+      std::filesystem::remove(w.live_file);
+    }
     const unsigned redirected = config_.redirects.for_rank(lr);
     const unsigned to_file = redirected | config_.tee.for_rank(lr);
     const bool shown = !config_.local_ranks_filter || config_.local_ranks_filter->count(lr) != 0;
@@ -111,6 +116,7 @@ void Supervisor::start(const NodeAssignment& node, const std::string& store_host
     EnvMap env =
         worker_environment(agent_env_, config_, node, {lr, w.error_file}, store_host, store_port);
     env["DDP_FLIGHT_RECORDER_FILE"] = w.recorder_file;
+    if (!w.live_file.empty()) env["DDP_LIVE_METRICS_FILE"] = w.live_file;
     if (const std::string traces = trace_dir(node.round); !traces.empty()) {
       env["DDP_TRACE_DIR"] = traces;
     }
@@ -118,6 +124,13 @@ void Supervisor::start(const NodeAssignment& node, const std::string& store_host
     workers_.push_back(std::move(w));
   }
   started_ = node;
+  if (board_ != nullptr) {
+    std::vector<WorkerView> views;
+    for (const Worker& w : workers_) {
+      views.push_back({w.rank, w.local_rank, WorkerRunState::kRunning, w.live_file});
+    }
+    board_->workers_started(node.group_rank, node.round, std::move(views));
+  }
 }
 
 RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rendezvous) {
@@ -204,6 +217,12 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
       if (!w.process->try_reap()) continue;
       const ExitStatus& st = w.process->status();
       if (w.process->stderr_fd() >= 0) pump(w.process->stderr_fd(), *w.err);
+      if (board_ != nullptr) {
+        board_->worker_exited(w.local_rank, st.code == 0 ? WorkerRunState::kSucceeded
+                                            : round.reports_worker_failures()
+                                                ? WorkerRunState::kFailed
+                                                : WorkerRunState::kStopped);
+      }
       if (st.code == 0) {
         ddp::log::debug("rank {} finished", w.rank);
         continue;

@@ -11,6 +11,7 @@
 #include "failure_report.h"
 #include "host_facts.h"
 #include "launch_config.h"
+#include "metrics_endpoint.h"
 #include "rendezvous.h"
 #include "round_state.h"
 #include "signal_inbox.h"
@@ -37,6 +38,9 @@ class Supervisor {
   // Supervises the started workers until they all exit (see the file comment).
   RoundOutcome supervise(const NodeAssignment& node, Rendezvous& rendezvous);
 
+  // Tells `board` (which must outlive this) of each start and exit, for --metrics-port.
+  void report_to(MetricsBoard* board) { board_ = board; }
+
   // The folder of one worker's logs and error file in a round.
   std::string worker_dir(int round, int local_rank) const;
   // Where this node's workers write their --trace-steps timelines in a round (DDP_TRACE_DIR);
@@ -54,6 +58,7 @@ class Supervisor {
   std::string hostname_;
   std::vector<Worker> workers_;
   std::optional<NodeAssignment> started_;
+  MetricsBoard* board_ = nullptr;
 };
 
 }  // namespace ddprun

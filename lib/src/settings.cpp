@@ -85,6 +85,7 @@ const std::vector<const Setting*>& all() {
                                                     &kPyStackSignal,
                                                     &kFlightRecorderEntries,
                                                     &kFlightRecorderFile,
+                                                    &kLiveMetricsFile,
                                                     &kStoreProtocol,
                                                     &kIsa,
                                                     &kLogLevel,

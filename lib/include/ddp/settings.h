@@ -224,6 +224,18 @@ inline constexpr Setting kFlightRecorderFile{
     "The file the first communicator of a process keeps its flight recorder in, shared with the "
     "agent that reads it; it stays after the worker exits."};
 
+inline constexpr Setting kLiveMetricsFile{
+    "DDP_LIVE_METRICS_FILE",
+    Type::kText,
+    "none (ddprun --metrics-port sets one per worker)",
+    0,
+    0,
+    "",
+    "",
+    "library",
+    "The file the trainer keeps its live figures in (step time, images/s, loss, learning rate, "
+    "allreduce wait and bytes), read by the agent for its Prometheus endpoint."};
+
 // --- The rendezvous store ----------------------------------------------------------------------
 inline constexpr Setting kStoreProtocol{
     "DDP_STORE_PROTOCOL",

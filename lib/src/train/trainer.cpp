@@ -12,6 +12,7 @@
 
 #include "ddp/comm/communicator.h"
 #include "ddp/error.h"
+#include "ddp/live_metrics.h"
 #include "ddp/log.h"
 #include "ddp/models/classifier.h"
 #include "ddp/settings.h"
@@ -213,6 +214,9 @@ class FitRun {
   const int world_;
   const int64_t batch_images_;
   MetricsLog metrics_;
+  // The agent's Prometheus endpoint reads these (ddprun --metrics-port); else they record nothing.
+  live::Writer live_;
+  double allreduce_bytes_per_step_ = 0;
   data::DataLoader loader_;
   const int64_t steps_per_epoch_;
   const int64_t planned_steps_;
@@ -262,6 +266,7 @@ FitRun::FitRun(Communicator& comm, std::shared_ptr<models::Classifier> model,
       trace_(make_step_trace(options, comm)),
       test_step_delay_(settings::integer(settings::kTestStepDelayMs).value_or(0)) {
   if (rank_ == 0 && !options_.metrics_path.empty()) metrics_ = MetricsLog(options_.metrics_path);
+  live_ = live::Writer::from_environment(rank_, world_);
   seed_rng(data::mix_seed(options_.seed, 0x5eed, static_cast<uint64_t>(rank_)));
 }
 
@@ -347,6 +352,10 @@ void FitRun::prepare() {
     }
   }
   ddp_ = std::make_unique<DistributedDataParallel>(model_, comm_, options_.ddp);
+  for (const BucketInfo& bucket : ddp_->buckets()) {
+    allreduce_bytes_per_step_ += static_cast<double>(bucket.bytes);
+  }
+  if (options_.ddp.compression == GradientCompression::kBFloat16) allreduce_bytes_per_step_ /= 2;
   has_buffers_ = !model_->buffers().empty();
   model_->train();
 
@@ -386,7 +395,7 @@ bool FitRun::train_epoch(EpochStats& stats) {
       metrics_.write("first_step", {{"seconds_since_process_start", since_start},
                                     {"seconds_in_fit", seconds_between(fit_start_, Clock::now())}});
     }
-    if (rank_ == 0 && options_.log_every > 0 && global_step_ % options_.log_every == 0) {
+    if (options_.log_every > 0 && global_step_ % options_.log_every == 0) {
       log_progress(stats, loss);
     }
     if (stragglers_.due()) report_stragglers();
@@ -447,7 +456,10 @@ double FitRun::step(const data::Batch& batch) {
   optimizer_->step();
   trace_.span("optimizer step", optimizer_start, Clock::now(), step_number);
   waits += ddp_->last_backward().wait_seconds;
-  stragglers_.add_step(seconds_between(start, Clock::now()) - waits, waits);
+  const double step_seconds = seconds_between(start, Clock::now());
+  stragglers_.add_step(step_seconds - waits, waits);
+  live_.add_step(step_seconds, static_cast<std::uint64_t>(batch.labels.size(0)),
+                 ddp_->last_backward().wait_seconds, allreduce_bytes_per_step_);
   ++global_step_;
   ++batch_in_epoch_;
   const double loss_value = loss.item<double>();
@@ -463,21 +475,30 @@ void FitRun::log_progress(EpochStats& stats, double loss) {
   const double rate = static_cast<double>(stats.window_steps * batch_images_) / window;
   const double eta = window / static_cast<double>(stats.window_steps) *
                      static_cast<double>(last_step_ - global_step_);
-  log::info("epoch {}/{} step {}/{} loss {:.4f} lr {:.4g} {:.0f} img/s ETA {}", epoch_ + 1,
-            options_.epochs, batch_in_epoch_, steps_per_epoch_, loss,
-            schedule_.at(global_step_ - 1), rate, format_duration(eta));
+  if (rank_ == 0) {  // every rank's figures go to the live metrics below
+    log::info("epoch {}/{} step {}/{} loss {:.4f} lr {:.4g} {:.0f} img/s ETA {}", epoch_ + 1,
+              options_.epochs, batch_in_epoch_, steps_per_epoch_, loss,
+              schedule_.at(global_step_ - 1), rate, format_duration(eta));
+  }
   metrics_.write("step", {{"step", global_step_},
                           {"epoch", epoch_},
                           {"loss", loss},
                           {"lr", schedule_.at(global_step_ - 1)},
                           {"images_per_second", rate},
                           {"step_seconds", window / static_cast<double>(stats.window_steps)}});
+  live_.set_progress(global_step_, epoch_, loss, schedule_.at(global_step_ - 1),
+                     rate / static_cast<double>(world_),
+                     window / static_cast<double>(stats.window_steps));
   stats.window_start = now;
   stats.window_steps = 0;
 }
 
 void FitRun::report_stragglers() {
   const detail::StragglerReport report = stragglers_.share(comm_);
+  if (report.median_compute_ms > 0) {
+    live_.set_straggler_ratio(report.compute_ms[static_cast<std::size_t>(rank_)] /
+                              report.median_compute_ms);
+  }
   if (rank_ != 0) return;
   // At most a few lines, however many ranks lag: the slowest first, the rest counted.
   constexpr std::size_t kNamed = 5;
