@@ -347,6 +347,49 @@ function checkImageUser(r, dockerfile) {
   return Number(user) === runAs ? [] : [`the image's USER ${user} != the pods' runAsUser ${runAs}`];
 }
 
+// ddprun's metrics port (PET_METRICS_PORT) is the one the pods announce, expose, admit through
+// their NetworkPolicy and a PodMonitor scrapes. `templates`: [where, pod template, its render].
+function checkMetrics(templates) {
+  const problems = [];
+  for (const [where, template, objs] of templates) {
+    const c = template.spec.containers[0];
+    const port = containerEnv(objs, c).PET_METRICS_PORT;
+    if (!port) {
+      problems.push(`${where}: no PET_METRICS_PORT: ddprun serves no metrics`);
+      continue;
+    }
+    const notes = template.metadata.annotations || {};
+    if (notes['prometheus.io/scrape'] !== 'true' || notes['prometheus.io/port'] !== port) {
+      problems.push(`${where}: prometheus.io annotations (scrape ${notes['prometheus.io/scrape']}, port ` +
+        `${notes['prometheus.io/port']}) do not announce port ${port}`);
+    }
+    const named = (c.ports || []).find((p) => p.name === 'metrics');
+    if (!named || String(named.containerPort) !== port) {
+      problems.push(`${where}: container port "metrics" is ${named && named.containerPort}, not ${port}`);
+    }
+    const labels = template.metadata.labels || {};
+    const matches = (selector) => Object.entries((selector || {}).matchLabels || {})
+      .every(([k, v]) => labels[k] === v);
+    const policy = objs.find((o) => o.kind === 'NetworkPolicy' && matches(o.spec.podSelector));
+    const admitted = policy && (policy.spec.ingress || []).some((rule) =>
+      (rule.ports || []).some((p) => String(p.port) === port) &&
+      (rule.from || []).some((peer) => peer.podSelector &&
+        (peer.podSelector.matchLabels || {})['app.kubernetes.io/name'] === 'prometheus'));
+    if (!admitted) problems.push(`${where}: no NetworkPolicy rule admits Prometheus on port ${port}`);
+    for (const monitor of objs.filter((o) => o.kind === 'PodMonitor')) {
+      if (!matches(monitor.spec.selector)) {
+        problems.push(`${where}: PodMonitor ${monitor.metadata.name} does not select the pods`);
+      }
+      for (const e of monitor.spec.podMetricsEndpoints || []) {
+        if (!(c.ports || []).some((p) => p.name === e.port && String(p.containerPort) === port)) {
+          problems.push(`${where}: PodMonitor scrapes port "${e.port}", not the metrics port ${port}`);
+        }
+      }
+    }
+  }
+  return problems;
+}
+
 function runChecks(r, cluster, codes, dockerfile) {
   // [where, pod spec, the render it came from (for its ConfigMaps)]
   const jobPods = (name) => r[name].filter((o) => o.kind === 'Job')
@@ -367,6 +410,12 @@ function runChecks(r, cluster, codes, dockerfile) {
     'eksctl: OIDC, EFS CSI, autoscaler tags, EFA group': () => checkCluster(cluster),
     'pytorchjob: same program and flags, NODES pods': () => checkPyTorchJob(r),
     'image: USER matches runAsUser': () => checkImageUser(r, dockerfile),
+    'metrics: one port in PET_METRICS_PORT, annotations, container, NetworkPolicy, PodMonitor': () =>
+      checkMetrics([
+        ...['base', 'efa', 'monitoring'].map((n) => [n, find(r[n], 'Job', 'ddp-train').spec.template, r[n]]),
+        ...Object.entries(find(r.pytorchjob, 'PyTorchJob').spec.pytorchReplicaSpecs)
+          .map(([type, spec]) => [`pytorchjob/${type}`, spec.template, r.pytorchjob]),
+      ]),
     'join token: Secret mounted at DDPRUN_RDZV_TOKEN_FILE, NetworkPolicy admits the job': () =>
       checkJoinToken([...jobPods('base'), ...jobPods('efa'), ...jobPods('e2e'), ...jobPods('e2e-2pods'),
         ...pytorchPods].map(([where, spec, objs]) => {
@@ -422,6 +471,12 @@ const mutations = [
     (r) => { find(r.base, 'NetworkPolicy').spec.ingress = []; }],
   ['pytorchjob: same program and flags, NODES pods', 'a flag only in the PyTorchJob',
     (r) => { find(r.pytorchjob, 'PyTorchJob').spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].args.push('--epochs=1'); }],
+  ['metrics: one port', 'annotations announce another port',
+    (r) => { find(r.base, 'Job').spec.template.metadata.annotations['prometheus.io/port'] = '9500'; }],
+  ['metrics: one port', 'the PodMonitor scrapes a port the pods do not name',
+    (r) => { find(r.monitoring, 'PodMonitor').spec.podMetricsEndpoints[0].port = 'metric'; }],
+  ['metrics: one port', 'the NetworkPolicy drops Prometheus',
+    (r) => { find(r.efa, 'NetworkPolicy').spec.ingress.pop(); }],
 ];
 
 function main() {
@@ -429,7 +484,8 @@ function main() {
   const codes = readExitCodes(args['exit-codes']);
   const load = () => {
     const r = {};
-    for (const name of ['base', 'efa', 'pytorchjob', 'data-prep', 'eval', 'efs', 'e2e', 'e2e-2pods']) {
+    for (const name of ['base', 'efa', 'pytorchjob', 'monitoring', 'data-prep', 'eval', 'efs', 'e2e',
+      'e2e-2pods']) {
       r[name] = loadAll(path.join(args.rendered, `${name}.yaml`));
     }
     return [r, YAML.parse(fs.readFileSync(args.eksctl, 'utf8'))];

@@ -3,7 +3,8 @@
 // strictly: a field the schema does not know (a typo such as `resorces`) is an error too, as it
 // is for `kubectl apply --validate=strict`. Kubeflow's PyTorchJob has no published schema here:
 // its own fields are checked against the v1 API's field list and each pod template against the
-// core PodTemplateSpec schema.
+// core PodTemplateSpec schema. The Prometheus Operator's kinds (PodMonitor) are checked against
+// the schemas its npm package generates from the operator's CRDs.
 //
 //   node validate.js FILE...                   every object valid -> exit 0, else list errors, exit 1
 //   node validate.js --expect-invalid FILE...  every file must be rejected with the message its
@@ -137,11 +138,28 @@ function validatePyTorchJob(obj) {
   return errors;
 }
 
+// Custom resources with a published schema on npm: the Prometheus Operator's CRDs
+// (@kubernetes-models/prometheus-operator, generated from the operator's own CRD manifests).
+const crdModules = {
+  'monitoring.coreos.com/v1': '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1',
+};
+
+function crdModel(apiVersion, kind) {
+  const base = crdModules[apiVersion];
+  if (!base) return null;
+  try {
+    return require(`${base}/${kind}`)[kind];
+  } catch (e) {
+    if (e.code === 'MODULE_NOT_FOUND' || e.code === 'ERR_PACKAGE_PATH_NOT_EXPORTED') return null;
+    throw e;
+  }
+}
+
 function validateObject(obj) {
   if (!obj || typeof obj !== 'object') return ['not a Kubernetes object'];
   if (!obj.apiVersion || !obj.kind) return ['apiVersion and kind are required'];
   if (obj.apiVersion === 'kubeflow.org/v1' && obj.kind === 'PyTorchJob') return validatePyTorchJob(obj);
-  const Model = coreModel(obj.apiVersion, obj.kind);
+  const Model = coreModel(obj.apiVersion, obj.kind) || crdModel(obj.apiVersion, obj.kind);
   if (!Model) return [`no schema for ${obj.apiVersion} ${obj.kind}`];
   return validateWith(Model, obj, '');
 }
