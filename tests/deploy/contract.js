@@ -390,6 +390,65 @@ function checkMetrics(templates) {
   return problems;
 }
 
+// Gang scheduling: Volcano's PodGroup is the Job's pods (minMember = parallelism, linked by the
+// group-name annotation, scheduled by Volcano); Kueue's Job waits suspended in a LocalQueue whose
+// ClusterQueue can hold the whole Job at once.
+function checkGangScheduling(r) {
+  const problems = [];
+  const vJob = find(r.volcano, 'Job', 'ddp-train');
+  const group = find(r.volcano, 'PodGroup');
+  const template = vJob.spec.template;
+  if (template.spec.schedulerName !== 'volcano') problems.push('volcano: the pods are not scheduled by volcano');
+  if ((template.metadata.annotations || {})['scheduling.k8s.io/group-name'] !== group.metadata.name) {
+    problems.push(`volcano: the pods' group-name annotation does not name PodGroup ${group.metadata.name}`);
+  }
+  if (group.spec.minMember !== vJob.spec.parallelism) {
+    problems.push(`volcano: PodGroup minMember ${group.spec.minMember} != the Job's ${vJob.spec.parallelism} pods`);
+  }
+  const kJob = find(r.kueue, 'Job', 'ddp-train');
+  if (kJob.spec.suspend !== true) problems.push('kueue: the Job is not created suspended');
+  const queueName = (kJob.metadata.labels || {})['kueue.x-k8s.io/queue-name'];
+  const local = find(r.kueue, 'LocalQueue', queueName);
+  const cq = local && find(r.kueue, 'ClusterQueue', local.spec.clusterQueue);
+  if (!local || !cq) {
+    problems.push(`kueue: queue-name ${queueName} names no LocalQueue with its ClusterQueue in the render`);
+    return problems;
+  }
+  const limits = kJob.spec.template.spec.containers[0].resources.requests;
+  const need = { cpu: quantity(limits.cpu) * kJob.spec.parallelism,
+    memory: quantity(limits.memory) * kJob.spec.parallelism, pods: kJob.spec.parallelism };
+  for (const [resource, amount] of Object.entries(need)) {
+    const quota = cq.spec.resourceGroups.flatMap((g) => g.flavors).flatMap((f) => f.resources)
+      .filter((q) => q.name === resource).reduce((sum, q) => sum + quantity(q.nominalQuota), 0);
+    if (quota < amount) problems.push(`kueue: ClusterQueue ${cq.metadata.name} has ${quota} ${resource}, the Job needs ${amount}`);
+  }
+  for (const f of cq.spec.resourceGroups.flatMap((g) => g.flavors)) {
+    if (!find(r.kueue, 'ResourceFlavor', f.name)) problems.push(`kueue: flavor ${f.name} is not in the render`);
+  }
+  return problems;
+}
+
+// The MPIJob runs the Job's program with its flags on replicas x slotsPerWorker ranks.
+function checkMpiJob(r) {
+  const problems = [];
+  const job = find(r.mpijob, 'MPIJob');
+  const launcher = job.spec.mpiReplicaSpecs.Launcher.template.spec.containers[0];
+  const workers = job.spec.mpiReplicaSpecs.Worker;
+  const np = Number(launcher.args[launcher.args.indexOf('-np') + 1]);
+  if (np !== workers.replicas * job.spec.slotsPerWorker) {
+    problems.push(`mpijob: mpirun -np ${np} != ${workers.replicas} workers x ${job.spec.slotsPerWorker} slots`);
+  }
+  const base = podSpecOf(find(r.base, 'Job', 'ddp-train')).containers[0].args;
+  const program = base.slice(base.findIndex((a) => !a.startsWith('--')));
+  const mine = launcher.args.slice(launcher.args.indexOf(program[0]));
+  if (JSON.stringify(mine) !== JSON.stringify(program)) {
+    problems.push(`mpijob: runs ${mine.join(' ')}, not the Job's ${program.join(' ')}`);
+  }
+  const cpus = quantity(workers.template.spec.containers[0].resources.limits.cpu);
+  if (job.spec.slotsPerWorker > cpus) problems.push(`mpijob: ${job.spec.slotsPerWorker} ranks on ${cpus} CPUs per worker`);
+  return problems;
+}
+
 function runChecks(r, cluster, codes, dockerfile) {
   // [where, pod spec, the render it came from (for its ConfigMaps)]
   const jobPods = (name) => r[name].filter((o) => o.kind === 'Job')
@@ -410,6 +469,8 @@ function runChecks(r, cluster, codes, dockerfile) {
     'eksctl: OIDC, EFS CSI, autoscaler tags, EFA group': () => checkCluster(cluster),
     'pytorchjob: same program and flags, NODES pods': () => checkPyTorchJob(r),
     'image: USER matches runAsUser': () => checkImageUser(r, dockerfile),
+    'gang: Volcano PodGroup = the pods, Kueue ClusterQueue holds the whole Job': () => checkGangScheduling(r),
+    'mpijob: -np = workers x slots, the Job\'s program and flags': () => checkMpiJob(r),
     'metrics: one port in PET_METRICS_PORT, annotations, container, NetworkPolicy, PodMonitor': () =>
       checkMetrics([
         ...['base', 'efa', 'monitoring'].map((n) => [n, find(r[n], 'Job', 'ddp-train').spec.template, r[n]]),
@@ -471,6 +532,16 @@ const mutations = [
     (r) => { find(r.base, 'NetworkPolicy').spec.ingress = []; }],
   ['pytorchjob: same program and flags, NODES pods', 'a flag only in the PyTorchJob',
     (r) => { find(r.pytorchjob, 'PyTorchJob').spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].args.push('--epochs=1'); }],
+  ['gang: Volcano', 'minMember below the pods',
+    (r) => { find(r.volcano, 'PodGroup').spec.minMember = 1; }],
+  ['gang: Volcano', 'a ClusterQueue too small for the whole Job',
+    (r) => { find(r.kueue, 'ClusterQueue').spec.resourceGroups[0].flavors[0].resources[0].nominalQuota = 4; }],
+  ['gang: Volcano', 'a Job that Kueue would not hold',
+    (r) => { delete find(r.kueue, 'Job').spec.suspend; }],
+  ['mpijob: -np', 'mpirun -np not workers x slots',
+    (r) => { find(r.mpijob, 'MPIJob').spec.mpiReplicaSpecs.Worker.replicas = 3; }],
+  ['mpijob: -np', 'a flag only in the MPIJob',
+    (r) => { find(r.mpijob, 'MPIJob').spec.mpiReplicaSpecs.Launcher.template.spec.containers[0].args.push('--epochs=1'); }],
   ['metrics: one port', 'annotations announce another port',
     (r) => { find(r.base, 'Job').spec.template.metadata.annotations['prometheus.io/port'] = '9500'; }],
   ['metrics: one port', 'the PodMonitor scrapes a port the pods do not name',
@@ -484,8 +555,8 @@ function main() {
   const codes = readExitCodes(args['exit-codes']);
   const load = () => {
     const r = {};
-    for (const name of ['base', 'efa', 'pytorchjob', 'monitoring', 'data-prep', 'eval', 'efs', 'e2e',
-      'e2e-2pods']) {
+    for (const name of ['base', 'efa', 'pytorchjob', 'monitoring', 'kueue', 'volcano', 'mpijob',
+      'data-prep', 'eval', 'efs', 'e2e', 'e2e-2pods']) {
       r[name] = loadAll(path.join(args.rendered, `${name}.yaml`));
     }
     return [r, YAML.parse(fs.readFileSync(args.eksctl, 'utf8'))];

@@ -155,10 +155,124 @@ function crdModel(apiVersion, kind) {
   }
 }
 
+// Custom resources whose CRDs no registry reachable here publishes as a schema package: their
+// fields as the projects' published API types define them (the versions named), checked strictly
+// (an unknown field is an error), with embedded core types checked by the core schemas.
+//   shapes: 'string', 'integer', 'boolean', 'quantity' (string or number), ['enum', ...values],
+//   { fields: {...}, required: [...] }, { array: shape }, { map: shape }, or a core model
+//   ('core:v1/PodTemplateSpec', 'meta:LabelSelector').
+const kueueFlavorQuotas = {
+  fields: {
+    name: 'string',
+    resources: { array: { fields: { name: 'string', nominalQuota: 'quantity', borrowingLimit: 'quantity',
+      lendingLimit: 'quantity' }, required: ['name', 'nominalQuota'] } },
+  },
+  required: ['name', 'resources'],
+};
+const runPolicy = {  // kubeflow.org common RunPolicy (training-operator / mpi-operator v2beta1)
+  fields: { cleanPodPolicy: ['enum', 'None', 'Running', 'All'], ttlSecondsAfterFinished: 'integer',
+    activeDeadlineSeconds: 'integer', backoffLimit: 'integer', suspend: 'boolean', managedBy: 'string',
+    schedulingPolicy: { fields: { minAvailable: 'integer', queue: 'string', minResources: { map: 'quantity' },
+      priorityClass: 'string', scheduleTimeoutSeconds: 'integer' } } },
+};
+const crdShapes = {
+  // Kueue v1beta1 (kueue.x-k8s.io): apis/kueue/v1beta1/{localqueue,clusterqueue,resourceflavor}_types.go
+  'kueue.x-k8s.io/v1beta1': {
+    LocalQueue: { fields: { clusterQueue: 'string', stopPolicy: ['enum', 'None', 'Hold', 'HoldAndDrain'],
+      fairSharing: { fields: { weight: 'quantity' } } }, required: ['clusterQueue'] },
+    ClusterQueue: {
+      fields: {
+        resourceGroups: { array: { fields: { coveredResources: { array: 'string' },
+          flavors: { array: kueueFlavorQuotas } }, required: ['coveredResources', 'flavors'] } },
+        cohort: 'string', namespaceSelector: 'meta:LabelSelector',
+        queueingStrategy: ['enum', 'StrictFIFO', 'BestEffortFIFO'],
+        flavorFungibility: { fields: { whenCanBorrow: ['enum', 'Borrow', 'TryNextFlavor'],
+          whenCanPreempt: ['enum', 'Preempt', 'TryNextFlavor'] } },
+        preemption: { fields: { reclaimWithinCohort: ['enum', 'Never', 'LowerPriority', 'Any'],
+          withinClusterQueue: ['enum', 'Never', 'LowerPriority', 'LowerOrNewerEqualPriority'],
+          borrowWithinCohort: { fields: { policy: ['enum', 'Never', 'LowerPriority'], maxPriorityThreshold: 'integer' } } } },
+        admissionChecks: { array: 'string' },
+        stopPolicy: ['enum', 'None', 'Hold', 'HoldAndDrain'],
+        fairSharing: { fields: { weight: 'quantity' } },
+      },
+    },
+    ResourceFlavor: { fields: { nodeLabels: { map: 'string' }, nodeTaints: { array: 'core:v1/Taint' },
+      tolerations: { array: 'core:v1/Toleration' }, topologyName: 'string' } },
+  },
+  // Volcano v1beta1 (scheduling.volcano.sh): pkg/apis/scheduling/v1beta1/types.go PodGroupSpec
+  'scheduling.volcano.sh/v1beta1': {
+    PodGroup: { fields: { minMember: 'integer', minTaskMember: { map: 'integer' }, queue: 'string',
+      priorityClassName: 'string', minResources: { map: 'quantity' } } },
+  },
+  // Kubeflow MPI operator v2beta1 (kubeflow.org): pkg/apis/kubeflow/v2beta1/types.go MPIJobSpec
+  'kubeflow.org/v2beta1': {
+    MPIJob: {
+      fields: {
+        slotsPerWorker: 'integer', runLauncherAsWorker: 'boolean', runPolicy, sshAuthMountPath: 'string',
+        launcherCreationPolicy: ['enum', 'AtStartup', 'WaitForWorkersReady'],
+        mpiImplementation: ['enum', 'OpenMPI', 'Intel', 'MPICH'],
+        mpiReplicaSpecs: { fields: {
+          Launcher: { fields: { replicas: 'integer', restartPolicy: ['enum', 'Always', 'OnFailure', 'Never', 'ExitCode'],
+            template: 'core:v1/PodTemplateSpec' }, required: ['template'] },
+          Worker: { fields: { replicas: 'integer', restartPolicy: ['enum', 'Always', 'OnFailure', 'Never', 'ExitCode'],
+            template: 'core:v1/PodTemplateSpec' }, required: ['template'] },
+        }, required: ['Launcher'] },
+      },
+      required: ['mpiReplicaSpecs'],
+    },
+  },
+};
+
+function checkShape(value, shape, at, errors) {
+  const where = at || '(object)';
+  if (typeof shape === 'string' && shape.includes(':')) {
+    const [ns, name] = shape.split(':');
+    const Model = ns === 'meta'
+      ? require(`@kubernetes-models/apimachinery/apis/meta/v1/${name}`)[name]
+      : coreModel(name.split('/')[0], name.split('/')[1]);
+    errors.push(...validateWith(Model, value, at));
+    return;
+  }
+  if (Array.isArray(shape)) {
+    if (!shape.slice(1).includes(value)) errors.push(`${where}: must be one of ${shape.slice(1).join(', ')}`);
+    return;
+  }
+  const type = (ok, what) => { if (!ok) errors.push(`${where}: must be ${what}`); };
+  if (shape === 'string') return type(typeof value === 'string', 'string');
+  if (shape === 'integer') return type(Number.isInteger(value), 'integer');
+  if (shape === 'boolean') return type(typeof value === 'boolean', 'boolean');
+  if (shape === 'quantity') return type(typeof value === 'number' || /^[+-]?\d+(\.\d+)?([eE][+-]?\d+|[mkMGTPE]|[KMGTPE]i)?$/.test(String(value)) && typeof value !== 'boolean', 'a quantity');
+  if (value === null || typeof value !== 'object' || Array.isArray(value) !== Boolean(shape.array)) {
+    return type(false, shape.array ? 'array' : 'object');
+  }
+  if (shape.array) return value.forEach((v, i) => checkShape(v, shape.array, `${at}[${i}]`, errors));
+  if (shape.map) return Object.entries(value).forEach(([k, v]) => checkShape(v, shape.map, `${at}.${k}`, errors));
+  for (const key of shape.required || []) {
+    if (!(key in value)) errors.push(`${where}: must have required property ${key}`);
+  }
+  for (const [key, v] of Object.entries(value)) {
+    if (!(key in shape.fields)) errors.push(`${at ? `${at}.` : ''}${key}: unknown field`);
+    else checkShape(v, shape.fields[key], at ? `${at}.${key}` : key, errors);
+  }
+}
+
+function validateCustomResource(obj, shape) {
+  const errors = [];
+  const { ObjectMeta } = require('@kubernetes-models/apimachinery/apis/meta/v1/ObjectMeta');
+  errors.push(...validateWith(ObjectMeta, obj.metadata || {}, 'metadata'));
+  for (const key of Object.keys(obj)) {
+    if (!['apiVersion', 'kind', 'metadata', 'spec', 'status'].includes(key)) errors.push(`${key}: unknown field`);
+  }
+  checkShape(obj.spec || {}, shape, 'spec', errors);
+  return errors;
+}
+
 function validateObject(obj) {
   if (!obj || typeof obj !== 'object') return ['not a Kubernetes object'];
   if (!obj.apiVersion || !obj.kind) return ['apiVersion and kind are required'];
   if (obj.apiVersion === 'kubeflow.org/v1' && obj.kind === 'PyTorchJob') return validatePyTorchJob(obj);
+  const shape = (crdShapes[obj.apiVersion] || {})[obj.kind];
+  if (shape) return validateCustomResource(obj, shape);
   const Model = coreModel(obj.apiVersion, obj.kind) || crdModel(obj.apiVersion, obj.kind);
   if (!Model) return [`no schema for ${obj.apiVersion} ${obj.kind}`];
   return validateWith(Model, obj, '');
