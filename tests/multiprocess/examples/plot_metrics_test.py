@@ -102,13 +102,35 @@ def main():
               png_size(default.stdout.strip()) == (1500, 800),
               "without --out: training-curves.png beside the first file")
 
+        # Two files of one name (each run's metrics.jsonl): labelled by path, both kept; the
+        # PNG's folder is created.
+        same = []
+        for run_dir in ("r1", "r2"):
+            os.makedirs(os.path.join(work, run_dir))
+            same.append(os.path.join(work, run_dir, "metrics.jsonl"))
+            shutil.copy(a, same[-1])
+        nested = os.path.join(work, "new", "folder", "c.png")
+        r = run(*same, "--out", nested, "--dump-json", dump)
+        check(r.returncode == 0 and png_size(nested) == (1500, 800) and
+              sorted(json.load(open(dump))) == sorted(same),
+              f"same-named files: both runs, labelled by path; the folder made (exit "
+              f"{r.returncode}, {r.stderr.strip()})")
+
         bad = os.path.join(work, "bad.jsonl")
         with open(bad, "w") as f:
             f.write(json.dumps({"event": "start", "time": 1}) + "\n{not json\n")
         nosteps = os.path.join(work, "nosteps.jsonl")
         with open(nosteps, "w") as f:
             f.write(json.dumps({"event": "start", "time": 1}) + "\n")
+        binary = os.path.join(work, "model.pt")
+        with open(binary, "wb") as f:
+            f.write(b"PK\x03\x04\x8d\xff\xfe" * 50)
+        noloss = os.path.join(work, "noloss.jsonl")
+        with open(noloss, "w") as f:
+            f.write(json.dumps({"event": "step", "time": 1, "step": 5}) + "\n")
         for args, code, text in (([os.path.join(work, "missing.jsonl")], 65, "missing.jsonl"),
+                                 ([binary], 65, "model.pt: not text"),
+                                 ([noloss], 65, "noloss.jsonl:1: a step record without 'loss'"),
                                  ([bad], 65, "bad.jsonl:2: not JSON"),
                                  ([nosteps], 65, "no step records; run with --log-every"),
                                  ([a, "--label", "x", "--label", "y"], 64, "2 labels for 1 files")):
