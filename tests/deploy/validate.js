@@ -158,12 +158,12 @@ function crdModel(apiVersion, kind) {
 // Custom resources whose CRDs no registry reachable here publishes as a schema package: their
 // fields as the projects' published API types define them (the versions named), checked strictly
 // (an unknown field is an error), with embedded core types checked by the core schemas.
-//   shapes: 'string', 'integer', 'boolean', 'quantity' (string or number), ['enum', ...values],
+//   shapes: 'string', 'name' (a DNS-1123 subdomain), 'integer', 'boolean', 'quantity' (string or number), ['enum', ...values],
 //   { fields: {...}, required: [...] }, { array: shape }, { map: shape }, or a core model
 //   ('core:v1/PodTemplateSpec', 'meta:LabelSelector').
 const kueueFlavorQuotas = {
   fields: {
-    name: 'string',
+    name: 'name',
     resources: { array: { fields: { name: 'string', nominalQuota: 'quantity', borrowingLimit: 'quantity',
       lendingLimit: 'quantity' }, required: ['name', 'nominalQuota'] } },
   },
@@ -178,13 +178,13 @@ const runPolicy = {  // kubeflow.org common RunPolicy (training-operator / mpi-o
 const crdShapes = {
   // Kueue v1beta1 (kueue.x-k8s.io): apis/kueue/v1beta1/{localqueue,clusterqueue,resourceflavor}_types.go
   'kueue.x-k8s.io/v1beta1': {
-    LocalQueue: { fields: { clusterQueue: 'string', stopPolicy: ['enum', 'None', 'Hold', 'HoldAndDrain'],
-      fairSharing: { fields: { weight: 'quantity' } } }, required: ['clusterQueue'] },
+    LocalQueue: { fields: { clusterQueue: 'name', stopPolicy: ['enum', 'None', 'Hold', 'HoldAndDrain'],
+      fairSharing: { fields: { weight: 'quantity' } } } },
     ClusterQueue: {
       fields: {
         resourceGroups: { array: { fields: { coveredResources: { array: 'string' },
           flavors: { array: kueueFlavorQuotas } }, required: ['coveredResources', 'flavors'] } },
-        cohort: 'string', namespaceSelector: 'meta:LabelSelector',
+        cohort: 'name', namespaceSelector: 'meta:LabelSelector',
         queueingStrategy: ['enum', 'StrictFIFO', 'BestEffortFIFO'],
         flavorFungibility: { fields: { whenCanBorrow: ['enum', 'Borrow', 'TryNextFlavor'],
           whenCanPreempt: ['enum', 'Preempt', 'TryNextFlavor'] } },
@@ -239,6 +239,10 @@ function checkShape(value, shape, at, errors) {
   }
   const type = (ok, what) => { if (!ok) errors.push(`${where}: must be ${what}`); };
   if (shape === 'string') return type(typeof value === 'string', 'string');
+  if (shape === 'name') {  // an object's name: a DNS-1123 subdomain
+    return type(typeof value === 'string' && value.length <= 253 &&
+      /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/.test(value), 'a DNS-1123 name');
+  }
   if (shape === 'integer') return type(Number.isInteger(value), 'integer');
   if (shape === 'boolean') return type(typeof value === 'boolean', 'boolean');
   if (shape === 'quantity') return type(typeof value === 'number' || /^[+-]?\d+(\.\d+)?([eE][+-]?\d+|[mkMGTPE]|[KMGTPE]i)?$/.test(String(value)) && typeof value !== 'boolean', 'a quantity');
