@@ -347,6 +347,83 @@ function checkImageUser(r, dockerfile) {
   return Number(user) === runAs ? [] : [`the image's USER ${user} != the pods' runAsUser ${runAs}`];
 }
 
+// The model export (jobs/export, and overlays/export: the training with the export as its last
+// step): the pods' ServiceAccount is the eksctl IRSA entry (name, namespace, role name; eksctl
+// creates only the role, so kubectl's annotation is not overwritten), whose policy lets it list
+// the bucket and write under the prefix of DDP_EXPORT_S3_URI; the export reads the checkpoint
+// directory and dataset training uses; the overlay runs the base's training unchanged.
+function checkExport(r, cluster, codes) {
+  const problems = [];
+  const trainPod = podSpecOf(find(r.base, 'Job', 'ddp-train'));
+  const trainer = trainPod.containers[0];
+  const afterProgram = (args) => args.slice(args.findIndex((a) => !a.startsWith('--')));
+  const trainCkpt = volumePath(trainPod, trainer, flagValue(afterProgram(trainer.args), '--checkpoint-dir'));
+  const trainData = volumePath(trainPod, trainer, flagValue(afterProgram(trainer.args), '--data'));
+  const covers = (resources, arn) => [].concat(resources || []).some((res) =>
+    new RegExp(`^${res.split('*').map((s) => s.replace(/[.?+^$[\]\\(){}|/-]/g, '\\$&')).join('.*')}$`).test(arn));
+  const allows = (statements, action, arn) => statements.some((s) => s.Effect === 'Allow' &&
+    [].concat(s.Action).some((a) => a === action || a === 's3:*' || a === '*') && covers(s.Resource, arn));
+  const pods = [['export', find(r.export, 'Job', 'ddp-export'), 'export', r.export],
+    ['export-train', find(r['export-train'], 'Job', 'ddp-train'), 'trainer', r['export-train']]];
+  for (const [where, job, containerName, objs] of pods) {
+    const pod = podSpecOf(job);
+    const c = pod.containers.find((x) => x.name === containerName);
+    if (!c) {
+      problems.push(`${where}: no container ${containerName}`);
+      continue;
+    }
+    const sa = find(objs, 'ServiceAccount', pod.serviceAccountName);
+    if (!sa) {
+      problems.push(`${where}: serviceAccountName ${pod.serviceAccountName} names no ServiceAccount in the render`);
+      continue;
+    }
+    const ns = sa.metadata.namespace || 'default';
+    const entry = ((cluster.iam || {}).serviceAccounts || []).find(
+      (s) => s.metadata.name === sa.metadata.name && (s.metadata.namespace || 'default') === ns);
+    if (!entry) {
+      problems.push(`${where}: ServiceAccount ${ns}/${sa.metadata.name} has no iam.serviceAccounts entry in the eksctl config`);
+      continue;
+    }
+    const arn = (sa.metadata.annotations || {})['eks.amazonaws.com/role-arn'] || '';
+    if (!entry.roleName || !arn.endsWith(`:role/${entry.roleName}`)) {
+      problems.push(`${where}: role-arn annotation ${arn} does not name the eksctl role ${entry.roleName}`);
+    }
+    if (entry.roleOnly !== true) problems.push(`${where}: the eksctl entry is not roleOnly: eksctl and kubectl would both write the ServiceAccount`);
+    const uri = containerEnv(objs, c).DDP_EXPORT_S3_URI || '';
+    const m = uri.match(/^s3:\/\/([^/]+)\/?(.*?)\/?$/);
+    if (!m) {
+      problems.push(`${where}: DDP_EXPORT_S3_URI ${uri} is not s3://BUCKET/PREFIX`);
+    } else {
+      const statements = ((entry.attachPolicy || {}).Statement || []);
+      const object = `arn:aws:s3:::${m[1]}/${m[2] ? `${m[2]}/` : ''}model.pt`;
+      if (!allows(statements, 's3:ListBucket', `arn:aws:s3:::${m[1]}`)) problems.push(`${where}: the role may not list bucket ${m[1]} (head-bucket)`);
+      for (const action of ['s3:PutObject', 's3:GetObject']) {
+        if (!allows(statements, action, object)) problems.push(`${where}: the role lacks ${action} under ${uri}`);
+      }
+    }
+    const cmd = [...c.command, ...(c.args || [])];
+    const exportArgs = cmd.includes('--') ? cmd.slice(0, cmd.indexOf('--')) : cmd;
+    if (exportArgs[0] !== 'ddp-export-model') problems.push(`${where}: runs ${exportArgs[0]}, not ddp-export-model`);
+    const ckpt = volumePath(pod, c, flagValue(exportArgs, '--checkpoint-dir') || '');
+    const data = volumePath(pod, c, flagValue(exportArgs, '--data') || '');
+    if (String(ckpt) !== String(trainCkpt)) problems.push(`${where}: exports from ${ckpt}, training writes ${trainCkpt}`);
+    if (String(data) !== String(trainData)) problems.push(`${where}: evaluates on ${data}, training reads ${trainData}`);
+    if (cmd.includes('--')) {
+      const wrapped = cmd.slice(cmd.indexOf('--') + 1);
+      const base = [...trainer.command, ...trainer.args];
+      if (JSON.stringify(wrapped) !== JSON.stringify(base)) problems.push(`${where}: runs ${wrapped.join(' ')}, not the Job's ${base.join(' ')}`);
+    }
+  }
+  // ddp-export-model's codes are ddprun's: bad configuration and no valid checkpoint fail at once.
+  const failJob = ((pods[0][1].spec.podFailurePolicy || {}).rules || [])
+    .filter((x) => x.action === 'FailJob' && x.onExitCodes && x.onExitCodes.containerName === 'export')
+    .flatMap((x) => x.onExitCodes.values);
+  if (!sameSet(failJob, [codes.kConfig, codes.kData])) {
+    problems.push(`export: FailJob exit codes ${failJob} != config and data errors ${[codes.kConfig, codes.kData]}`);
+  }
+  return problems;
+}
+
 // ddprun's metrics port (PET_METRICS_PORT) is the one the pods announce, expose, admit through
 // their NetworkPolicy and a PodMonitor scrapes. `templates`: [where, pod template, its render].
 function checkMetrics(templates) {
@@ -463,12 +540,14 @@ function runChecks(r, cluster, codes, dockerfile) {
     'pods: requests = limits, non-root, threads <= CPUs, /dev/shm': () => checkPods([
       ...jobPods('base'), ...jobPods('efa'), ...jobPods('e2e'), ...jobPods('e2e-2pods'),
       ...jobPods('data-prep'),
-      ...jobPods('eval'), ...pytorchPods]),
+      ...jobPods('eval'), ...jobPods('export'), ...jobPods('export-train'), ...pytorchPods]),
     'shared volume: data prep -> train -> eval paths, EFS claim': () => checkSharedVolume(r),
     'efa: fabric backend, EFA device, huge pages, eksctl node group': () => checkEfa(r, cluster),
     'eksctl: OIDC, EFS CSI, autoscaler tags, EFA group': () => checkCluster(cluster),
     'pytorchjob: same program and flags, NODES pods': () => checkPyTorchJob(r),
     'image: USER matches runAsUser': () => checkImageUser(r, dockerfile),
+    'export: IRSA ServiceAccount = the eksctl role, its policy covers DDP_EXPORT_S3_URI, training\'s checkpoints': () =>
+      checkExport(r, cluster, codes),
     'gang: Volcano PodGroup = the pods, Kueue ClusterQueue holds the whole Job': () => checkGangScheduling(r),
     'mpijob: -np = workers x slots, the Job\'s program and flags': () => checkMpiJob(r),
     'metrics: one port in PET_METRICS_PORT, annotations, container, NetworkPolicy, PodMonitor': () =>
@@ -479,7 +558,7 @@ function runChecks(r, cluster, codes, dockerfile) {
       ]),
     'join token: Secret mounted at DDPRUN_RDZV_TOKEN_FILE, NetworkPolicy admits the job': () =>
       checkJoinToken([...jobPods('base'), ...jobPods('efa'), ...jobPods('e2e'), ...jobPods('e2e-2pods'),
-        ...pytorchPods].map(([where, spec, objs]) => {
+        ...jobPods('export-train'), ...pytorchPods].map(([where, spec, objs]) => {
         const owner = objs.find((o) => (o.kind === 'Job' && podSpecOf(o) === spec) ||
           (o.kind === 'PyTorchJob' && Object.values(o.spec.pytorchReplicaSpecs).some((x) => x.template.spec === spec)));
         const template = owner.kind === 'Job' ? owner.spec.template
@@ -548,6 +627,16 @@ const mutations = [
     (r) => { find(r.monitoring, 'PodMonitor').spec.podMetricsEndpoints[0].port = 'metric'; }],
   ['metrics: one port', 'the NetworkPolicy drops Prometheus',
     (r) => { find(r.efa, 'NetworkPolicy').spec.ingress.pop(); }],
+  ['export: IRSA', 'the IRSA entry in another namespace than the ServiceAccount',
+    (r, cluster) => { cluster.iam.serviceAccounts.find((s) => s.metadata.name === 'ddp-export').metadata.namespace = 'ml'; }],
+  ['export: IRSA', 'the annotation names another role',
+    (r) => { find(r['export-train'], 'ServiceAccount').metadata.annotations['eks.amazonaws.com/role-arn'] = 'arn:aws:iam::111122223333:role/other'; }],
+  ['export: IRSA', 'an S3 prefix outside the policy',
+    (r) => { find(r.export, 'ConfigMap').data.DDP_EXPORT_S3_URI = 's3://ddprun-models/elsewhere'; }],
+  ['export: IRSA', 'the export reads another checkpoint directory',
+    (r) => { podSpecOf(find(r.export, 'Job')).containers[0].args[0] = '--checkpoint-dir=/ckpt/other'; }],
+  ['export: IRSA', 'the training in the export overlay differs from the Job\'s',
+    (r) => { podSpecOf(find(r['export-train'], 'Job')).containers[0].args.push('--epochs=1'); }],
 ];
 
 function main() {
@@ -556,7 +645,7 @@ function main() {
   const load = () => {
     const r = {};
     for (const name of ['base', 'efa', 'pytorchjob', 'monitoring', 'kueue', 'volcano', 'mpijob',
-      'data-prep', 'eval', 'efs', 'e2e', 'e2e-2pods']) {
+      'data-prep', 'eval', 'efs', 'e2e', 'e2e-2pods', 'export', 'export-train']) {
       r[name] = loadAll(path.join(args.rendered, `${name}.yaml`));
     }
     return [r, YAML.parse(fs.readFileSync(args.eksctl, 'utf8'))];
