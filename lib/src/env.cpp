@@ -27,16 +27,19 @@ constexpr MpiNames kMpiNames[] = {
     {"PMIx", "PMIX_RANK", "", "", ""},
 };
 
-// The first host of the MPI hostfile Open MPI was given (the MPI operator's launcher sets
-// OMPI_MCA_orte_default_hostfile; mpirun passes OMPI_MCA_* on to the ranks); "" when none.
+// The first host of the MPI hostfile Open MPI was given (mpirun passes OMPI_MCA_* on to the
+// ranks; the file itself is only where mpirun's host has it); "" when none.
 std::string first_hostfile_host() {
   for (const char* var : {"OMPI_MCA_orte_default_hostfile", "OMPI_MCA_prte_default_hostfile"}) {
     const auto path = env::get(var);
     if (!path) continue;
     std::ifstream in(*path);
     if (!in) {
+      // An MPIJob mounts its hostfile on the launcher pod only, where no rank runs.
       throw ConfigError(std::string(var) + "=" + *path +
-                        " cannot be read; set MASTER_ADDR to rank 0's host instead");
+                        " cannot be read on this host; set MASTER_ADDR to rank 0's host instead "
+                        "(mpirun -x MASTER_ADDR=<host>; an MPIJob mounts the hostfile on its "
+                        "launcher only)");
     }
     for (std::string line; std::getline(in, line);) {
       std::istringstream words(line.substr(0, line.find('#')));

@@ -342,9 +342,13 @@ function checkJoinToken(pods) {
 }
 
 function checkImageUser(r, dockerfile) {
-  const user = (fs.readFileSync(dockerfile, 'utf8').match(/^USER (\d+)(?::(\d+))?$/m) || [])[1];
+  // Every stage that ends as a non-root image (the runtime image and its mpi target).
+  const users = [...fs.readFileSync(dockerfile, 'utf8').matchAll(/^USER (\d+)(?::(\d+))?$/gm)].map((m) => Number(m[1]));
   const runAs = podSpecOf(find(r.base, 'Job', 'ddp-train')).securityContext.runAsUser;
-  return Number(user) === runAs ? [] : [`the image's USER ${user} != the pods' runAsUser ${runAs}`];
+  const mpi = Object.values(find(r.mpijob, 'MPIJob').spec.mpiReplicaSpecs)
+    .map((s) => s.template.spec.securityContext.runAsUser);
+  const wrong = [runAs, ...mpi].filter((u) => users.length === 0 || users.some((x) => x !== u));
+  return wrong.length === 0 ? [] : [`the image's USER ${users.join(', ')} != the pods' runAsUser ${wrong.join(', ')}`];
 }
 
 // The model export (jobs/export, and overlays/export: the training with the export as its last
@@ -521,6 +525,16 @@ function checkMpiJob(r) {
   if (JSON.stringify(mine) !== JSON.stringify(program)) {
     problems.push(`mpijob: runs ${mine.join(' ')}, not the Job's ${program.join(' ')}`);
   }
+  // The ranks run on the workers, which lack the launcher's hostfile: mpirun must hand them
+  // rank 0's host, the hostfile's first, and pass the args list on ("$@").
+  const shell = (launcher.command || []).join(' ');
+  if (!/-x MASTER_ADDR=.*\$OMPI_MCA_orte_default_hostfile/.test(shell) || !shell.includes('"$@"')) {
+    problems.push(`mpijob: the launcher does not pass MASTER_ADDR from the hostfile to the ranks (command: ${shell})`);
+  }
+  for (const [type, spec] of Object.entries(job.spec.mpiReplicaSpecs)) {
+    const image = spec.template.spec.containers[0].image;
+    if (!/^(.*\/)?ddprun-mpi(:.*)?$/.test(image)) problems.push(`mpijob: ${type} runs ${image}, not the ddprun-mpi image`);
+  }
   const cpus = quantity(workers.template.spec.containers[0].resources.limits.cpu);
   if (job.spec.slotsPerWorker > cpus) problems.push(`mpijob: ${job.spec.slotsPerWorker} ranks on ${cpus} CPUs per worker`);
   return problems;
@@ -619,6 +633,10 @@ const mutations = [
     (r) => { delete find(r.kueue, 'Job').spec.suspend; }],
   ['mpijob: -np', 'mpirun -np not workers x slots',
     (r) => { find(r.mpijob, 'MPIJob').spec.mpiReplicaSpecs.Worker.replicas = 3; }],
+  ['mpijob: -np', 'no MASTER_ADDR for the ranks on the workers',
+    (r) => { find(r.mpijob, 'MPIJob').spec.mpiReplicaSpecs.Launcher.template.spec.containers[0].command = ['mpirun']; }],
+  ['mpijob: -np', 'the workers on the plain image, without sshd',
+    (r) => { find(r.mpijob, 'MPIJob').spec.mpiReplicaSpecs.Worker.template.spec.containers[0].image = 'ddprun'; }],
   ['mpijob: -np', 'a flag only in the MPIJob',
     (r) => { find(r.mpijob, 'MPIJob').spec.mpiReplicaSpecs.Launcher.template.spec.containers[0].args.push('--epochs=1'); }],
   ['metrics: one port', 'annotations announce another port',

@@ -244,9 +244,11 @@ class Cluster:
         self.namespaces.append(ns)
         _run("ip", "-n", ns, "link", "set", "lo", "up")
 
-    def make_pods(self, objs, job_name, count=None):
+    def make_pods(self, objs, job_name, count=None, job=None):
+        """The pods of the render's Job job_name, or of `job` (a Job-shaped object a controller
+        would create, e.g. an MPIJob's workers), each in its own namespace on the switch."""
         self.objs = objs
-        job = find(objs, "Job", job_name)
+        job = job if job is not None else find(objs, "Job", job_name)
         n = count if count is not None else job["spec"].get("completions", 1)
         pods = []
         for i in range(n):
@@ -266,6 +268,12 @@ class Cluster:
             self._write_resolver_files(pod, pods)
         return pods
 
+    def publish(self, pods):
+        """Every pod's DNS records seen by every other, for pods made by several make_pods calls
+        (several Services' or controllers' pods in one namespace)."""
+        for pod in pods:
+            self._write_resolver_files(pod, pods)
+
     def _write_resolver_files(self, pod, group):
         """/etc/hosts as the kubelet writes it, plus the Service's DNS records for the group."""
         lines = ["# Kubernetes-managed hosts file (simulated).", "127.0.0.1\tlocalhost",
@@ -275,7 +283,8 @@ class Cluster:
         lines.append("# The headless Service's DNS records (cluster DNS, simulated).")
         for p in group:
             if p.subdomain:
-                lines.append(f"{p.ip}\t{p.fqdn()}\t{p.hostname}.{p.subdomain}")
+                lines.append(f"{p.ip}\t{p.fqdn()}\t{p.hostname}.{p.subdomain}\t"
+                             f"{p.hostname}.{p.subdomain}.{p.namespace}.svc")
         d = f"/etc/netns/{pod.netns}"
         os.makedirs(d, exist_ok=True)
         with open(f"{d}/hosts", "w") as f:
@@ -288,11 +297,13 @@ class Cluster:
     # ---- running pods ---------------------------------------------------------------------------
 
     def run_pods(self, pods, shared_dir, deadline_s, bind_dirs=(), path_prepend=(),
-                 home="/home/ddp", image=None, log=print, when=None):
+                 home="/home/ddp", image=None, log=print, when=None, finish_with=()):
         """Starts every pod, waits for all of them until the deadline; returns {name: exit code}
         (None for a pod killed at the deadline) and each pod's output in pod.output.
         when: (condition, action) pairs; while the pods run, each action(pod -> pid) runs once,
-        as soon as its condition() holds (e.g. "a checkpoint exists" -> "SIGTERM pod 1")."""
+        as soon as its condition() holds (e.g. "a checkpoint exists" -> "SIGTERM pod 1").
+        finish_with: pods whose end ends the run, as an MPIJob's launcher does: the others are
+        then killed, and their code is None."""
         procs = {}
         for pod in pods:
             pod.output = []
@@ -315,6 +326,9 @@ class Cluster:
         pending = list(when or [])
         end = time.monotonic() + deadline_s
         while time.monotonic() < end and any(p.poll() is None for _, p in procs.values()):
+            if finish_with and all(procs[p.name][1].poll() is not None for p in finish_with):
+                log("podsim: " + ", ".join(p.name for p in finish_with) + " ended; stopping the rest")
+                break
             for item in [w for w in pending if w[0]()]:
                 pending.remove(item)
                 item[1]({pod.hostname: proc.pid for pod, proc in procs.values()})
@@ -323,7 +337,8 @@ class Cluster:
         codes = {name: (None if proc.poll() is None else proc.poll() if proc.poll() >= 0
                         else 128 - proc.poll()) for name, (_, proc) in procs.items()}
         if any(c is None for c in codes.values()):
-            log(f"podsim: deadline of {deadline_s:.0f} s passed; killing every pod")
+            if not finish_with or time.monotonic() >= end:
+                log(f"podsim: deadline of {deadline_s:.0f} s passed; killing every pod")
             for pod, proc in procs.values():
                 _killpg(proc)
                 _kill_netns_processes(pod.netns)
@@ -384,6 +399,8 @@ class Cluster:
                     mounts.append([m["mountPath"], "emptydir", m["name"], read_only, None])
             elif "secret" in v:
                 mounts.append([m["mountPath"], "bind", self._secret_dir(v["secret"]), True, None])
+            elif "configMap" in v:
+                mounts.append([m["mountPath"], "bind", self._config_map_dir(v["configMap"]), True, None])
             else:
                 raise PodSimError(f"volume {m['name']}: {sorted(v)} is not simulated")
         return mounts
@@ -406,14 +423,30 @@ class Cluster:
                 data.update({k: v.encode() for k, v in rendered.get("stringData", {}).items()})
             for item in secret.get("items", []):
                 data.setdefault(item["key"], secrets.token_hex(32).encode())
-            paths = {i["key"]: i["path"] for i in secret.get("items", [])}
-            for key, value in data.items():
-                if secret.get("items") and key not in paths:
-                    continue
-                with open(os.path.join(d, paths.get(key, key)), "wb") as f:
-                    f.write(value)
+            # One key may go to several paths (an MPIJob's public key: id_rsa.pub, authorized_keys).
+            for item in secret.get("items") or [{"key": k, "path": k} for k in data]:
+                with open(os.path.join(d, item["path"]), "wb") as f:
+                    f.write(data[item["key"]])
             for f in os.listdir(d):
                 os.chmod(os.path.join(d, f), 0o444)
+            os.chmod(d, 0o755)
+        return d
+
+    def _config_map_dir(self, source):
+        """A ConfigMap volume's files (its items, or every key), from the render."""
+        name = source["name"]
+        d = os.path.join(self.workdir, "configmaps", name)
+        if not os.path.isdir(d):
+            os.makedirs(d)
+            data = find(self.objs, "ConfigMap", name).get("data", {})
+            items = source.get("items") or [{"key": k, "path": k} for k in data]
+            for item in items:
+                if item["key"] not in data:
+                    raise PodSimError(f"ConfigMap {name} has no key {item['key']}")
+                path = os.path.join(d, item["path"])
+                with open(path, "w") as f:
+                    f.write(data[item["key"]])
+                os.chmod(path, item.get("mode", source.get("defaultMode", 0o644)))
             os.chmod(d, 0o755)
         return d
 

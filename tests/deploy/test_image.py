@@ -2,9 +2,11 @@
 """The container image, built for real from docker/Dockerfile (docker/build-offline: podman, a
 debootstrap debian:bookworm base, no registry), then run: `ddprun --help`, its contents (only the
 runtime, non-root), and the end-to-end Jobs with every pod a container of this image in its own
-network namespace (test_e2e.py --image): data prep, two-pod training, eval.
+network namespace (test_e2e.py --image): data prep, two-pod training, eval. With --mpijob, the
+image's mpi target too (Open MPI and sshd added), and the MPIJob overlay run in it as the MPI
+operator runs it (test_mpijob.py).
 
-  test_image.py --repo DIR --rendered DIR --program NAME... [--e2e] [--tag NAME] [--jobs N]
+  test_image.py --repo DIR --rendered DIR --program NAME... [--e2e] [--mpijob] [--tag NAME] [--jobs N]
 --program: what /usr/local/bin must hold, exactly; --e2e: also run the Jobs in the image."""
 import argparse
 import os
@@ -66,6 +68,9 @@ def main():
     parser.add_argument("--jobs", default="2")
     parser.add_argument("--program", action="append", default=[])
     parser.add_argument("--e2e", action="store_true")
+    parser.add_argument("--mpijob", action="store_true",
+                        help="also build the mpi target and run the MPIJob overlay in it")
+    parser.add_argument("--mpi-tag", default="localhost/ddprun-mpi:test")
     args = parser.parse_args()
     podsim.skip_unless_root("the image test")
     for tool in ("podman", "runc", "debootstrap"):
@@ -104,14 +109,45 @@ def main():
     check("two pods of the rendered Job run ddprun in the image and form one group",
           *launcher_pods_in_image(args))
 
-    if not args.e2e:
-        print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
-        return 0 if all(results) else 1
+    if args.e2e:
+        started = time.monotonic()
+        e2e = subprocess.run([sys.executable, os.path.join(HERE, "test_e2e.py"), "--rendered", args.rendered,
+                              "--train", "e2e-2pods.yaml", "--image", args.tag])
+        check("data prep, two-pod training and eval run in the image as simulated pods",
+              e2e.returncode == 0, f"exit {e2e.returncode} after {time.monotonic() - started:.0f} s")
+    if args.mpijob:
+        mpi_image(args)
+
+    print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
+    return 0 if all(results) else 1
+
+
+def mpi_image(args):
+    """The mpi target (the runtime image plus Open MPI and sshd), then the MPIJob overlay in it."""
     started = time.monotonic()
-    e2e = subprocess.run([sys.executable, os.path.join(HERE, "test_e2e.py"), "--rendered", args.rendered,
-                          "--train", "e2e-2pods.yaml", "--image", args.tag])
-    check("data prep, two-pod training and eval run in the image as simulated pods",
-          e2e.returncode == 0, f"exit {e2e.returncode} after {time.monotonic() - started:.0f} s")
+    build = subprocess.run([os.path.join(args.repo, "docker", "build-offline"), "--tag", args.mpi_tag,
+                            "--jobs", args.jobs, "--target", "mpi"])
+    print(f"image: the mpi target took {time.monotonic() - started:.0f} s", flush=True)
+    if not check("the mpi target builds", build.returncode == 0, f"exit {build.returncode}"):
+        return
+    r = podman("run", "--rm", "--entrypoint", "sh", args.mpi_tag, "-c",
+               "id -u; getent passwd ddp | cut -d: -f7; "
+               "for t in mpirun sshd ssh orted; do command -v $t; done; ls /etc/ssh | grep -c _key")
+    out = r.stdout.split("\n")
+    check("the mpi target runs as uid 1000 with a login shell, has mpirun, orted, ssh and sshd, "
+          "and no host keys of its own",
+          out[0] == "1000" and out[1] == "/bin/bash" and out[-2] == "0" and
+          all(any(line.endswith("/" + t) for line in out) for t in ("mpirun", "sshd", "ssh", "orted")),
+          f"{r.stdout.strip()[:400]} {r.stderr.strip()[:200]}")
+    r = podman("image", "inspect", "--format", "{{json .Config.Cmd}}", args.mpi_tag)
+    check("the mpi target's default command is sshd as the user, as the MPIJob's workers run it",
+          "sshd" in r.stdout and ".sshd_config" in r.stdout, r.stdout.strip())
+    started = time.monotonic()
+    job = subprocess.run([sys.executable, os.path.join(HERE, "test_mpijob.py"), "--rendered", args.rendered,
+                          "--image", args.mpi_tag,
+                          "--prepare-data", os.path.join(args.repo, "docker", "ddp-prepare-data")])
+    check("the MPIJob overlay runs in the mpi target as the MPI operator runs it",
+          job.returncode == 0, f"exit {job.returncode} after {time.monotonic() - started:.0f} s")
 
     print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
     return 0 if all(results) else 1

@@ -156,7 +156,10 @@ TEST(DistributedEnv, TheHostfilesFirstHostIsTheMaster) {
   env.set("OMPI_MCA_orte_default_hostfile", path);
   EXPECT_EQ(DistributedEnv::from_environment().master_addr, "mpi-worker-0.mpi");
   unlink(path);
-  EXPECT_NE(env_error().find("cannot be read; set MASTER_ADDR"), std::string::npos);
+  EXPECT_NE(env_error().find("cannot be read on this host; set MASTER_ADDR"), std::string::npos);
+  // An MPIJob's worker pods lack the launcher's hostfile: MASTER_ADDR from mpirun -x wins.
+  env.set("MASTER_ADDR", "mpi-worker-0.mpi");
+  EXPECT_EQ(DistributedEnv::from_environment().master_addr, "mpi-worker-0.mpi");
 }
 
 TEST(DistributedEnv, MpiAcrossHostsWithoutAMasterOrSizeFailsClearly) {
