@@ -186,6 +186,15 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
         return ddp::exit_code::kRendezvous;
       }
       rendezvous.acknowledge_stop(node.round, outcome.kind == RoundOutcome::Kind::kInterrupted);
+      const bool elastic = config.min_nodes < config.max_nodes;
+      if (outcome.kind == RoundOutcome::Kind::kFailed && elastic &&
+          outcome.root_cause->is_membership_change()) {
+        // A node joins or left: the group goes on with the nodes it has, without using a restart.
+        ddp::log::info("round {} ended for a change of members ({}); the group moves to round {}",
+                       node.round, outcome.root_cause->headline(), node.round + 1);
+        rendezvous.advance(node.round, node.restarts);
+        continue;
+      }
       if (outcome.kind == RoundOutcome::Kind::kInterrupted) {
         // This node is going away (its pod is being deleted): report and leave promptly.
         print_summary(*outcome.root_cause, error_file);
@@ -193,7 +202,7 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
         rendezvous.linger_until_stopped(node.round, node.group_world_size);
         return outcome.exit_code;
       }
-      if (node.round >= config.max_restarts) {
+      if (node.restarts >= config.max_restarts) {
         const FailureReport root =
             rendezvous.settle_failure(node.round, node.group_world_size, *outcome.root_cause);
         print_summary(root, error_file);
@@ -206,8 +215,9 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
       }
       print_summary(*outcome.root_cause, error_file);
       write_error_file(error_file, *outcome.root_cause);
-      ddp::log::warn("restarting the group: restart {} of {}", node.round + 1, config.max_restarts);
-      rendezvous.advance(node.round);
+      ddp::log::warn("restarting the group: restart {} of {}", node.restarts + 1,
+                     config.max_restarts);
+      rendezvous.advance(node.round, node.restarts + 1);
     }
   } catch (const Interrupted& i) {
     // Outside supervision (joining, exit barrier): any workers are killed as the stack unwinds.

@@ -30,6 +30,10 @@ bool FailureReport::is_consequence() const {
   return kind == "worker" && signal == 0 && exit_code == ddp::exit_code::kComm;
 }
 
+bool FailureReport::is_membership_change() const {
+  return kind == "membership" || (kind == "agent" && signal != 0);
+}
+
 std::string FailureReport::to_json() const {
   json j = {{"kind", kind},
             {"node_rank", node_rank},
@@ -73,6 +77,10 @@ FailureReport FailureReport::from_json(const std::string& text) {
 
 std::string FailureReport::headline() const {
   std::ostringstream out;
+  if (kind == "membership") {
+    out << "node " << node_rank << " (" << hostname << ") saw " << message;
+    return out.str();
+  }
   if (kind == "agent") {
     out << "ddprun on node " << node_rank << " (" << hostname << ")";
     if (signal != 0) out << " received " << signal_name(signal);

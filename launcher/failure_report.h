@@ -9,7 +9,9 @@
 namespace ddprun {
 
 struct FailureReport {
-  std::string kind = "worker";  // "worker": a worker failed; "agent": an agent was stopped
+  // "worker": a worker failed; "agent": an agent was stopped; "membership": nodes are waiting
+  // to join an elastic job below its maximum size.
+  std::string kind = "worker";
   int node_rank = -1;
   std::string hostname;
   int rank = -1;  // global rank of the failed worker (-1 for an agent)
@@ -26,6 +28,11 @@ struct FailureReport {
   // A worker that exited with ddp::exit_code::kComm: a collective failed, usually because a
   // peer died first. Such a report yields the root cause to another failure of its round.
   bool is_consequence() const;
+  // A node joining (kind "membership") or leaving because it was asked to stop (an agent that got
+  // a signal: the pod is being deleted or preempted). In an elastic job (--nnodes MIN:MAX) such a
+  // round ends without a failure: the group moves to the next round with the nodes it then has,
+  // and no restart is used.
+  bool is_membership_change() const;
 
   std::string to_json() const;
   static FailureReport from_json(const std::string& text);

@@ -9,6 +9,12 @@
 // at the maximum node count (or at the minimum after last_call_timeout), and members are
 // ordered by node rank (join order for nodes without one, kept across rounds). Any agent can
 // publish the round's failure; all others see it within --monitor-interval and stop.
+//
+// Elastic jobs (--nnodes MIN:MAX): a node that arrives after its round closed below MAX counts
+// itself as waiting; the running agents see that within --monitor-interval and end the round as
+// a membership change (a "membership" record in place of a failure), as they do when a node
+// leaves because it was signalled. The next round then closes with the nodes present, and
+// --max-restarts counts only the rounds that ended in a failure (NodeAssignment::restarts).
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,8 +57,11 @@ class Rendezvous {
   // node has acknowledged, and returns the round's final root cause — the same on every node —
   // or `fallback` when the store cannot tell.
   virtual FailureReport settle_failure(int round, int nodes, const FailureReport& fallback) = 0;
-  // Moves the job from `round` to the next one (idempotent across agents).
-  virtual void advance(int round) = 0;
+  // Nodes that arrived after `round` closed and wait for the next one (an elastic job's growth).
+  virtual int nodes_waiting(int round) = 0;
+  // Moves the job from `round` to the next one (idempotent across agents), whose NodeAssignment
+  // will carry `restarts`: the failed rounds so far.
+  virtual void advance(int round, int restarts) = 0;
   // Exit barrier after this node's workers all succeeded: waits for the other nodes, up to the
   // exit barrier timeout. Returns the round's failure if one is published meanwhile.
   virtual std::optional<FailureReport> finish(int round, int nodes) = 0;

@@ -174,10 +174,23 @@ NodeAssignment StoreRendezvous::join() {
   for (;;) {
     bool late = false;
     NodeAssignment node = try_join(round, deadline, late);
-    if (!late) return node;
-    // The round closed without this node: wait for the group's next round.
-    ddp::log::info("round {} is already running without this node; waiting for the next round",
-                   round);
+    if (!late) {
+      node.restarts = restarts_before(round);
+      return node;
+    }
+    // The round closed without this node: wait for the group's next round. Below the maximum
+    // size, the running nodes make one as soon as they see this node waiting.
+    const int closed = std::stoi(store_->get(key(round, "closed")));
+    if (closed < config_.max_nodes) {
+      store_->add(key(round, "waiting"), 1);
+      ddp::log::info(
+          "round {} is running with {} of at most {} nodes; waiting for the group to take this "
+          "node in at its next round",
+          round, closed, config_.max_nodes);
+    } else {
+      ddp::log::info("round {} is already running without this node; waiting for the next round",
+                     round);
+    }
     auto backoff = milliseconds(10);
     for (;;) {
       poll_interrupt_();
@@ -339,7 +352,18 @@ FailureReport StoreRendezvous::settle_failure(int round, int nodes, const Failur
   }
 }
 
-void StoreRendezvous::advance(int round) {
+int StoreRendezvous::nodes_waiting(int round) {
+  return static_cast<int>(store_->add(key(round, "waiting"), 0));
+}
+
+int StoreRendezvous::restarts_before(int round) {
+  if (round == 0 || !store_->check({key(round, "restarts")})) return 0;
+  return std::stoi(store_->get(key(round, "restarts")));
+}
+
+void StoreRendezvous::advance(int round, int restarts) {
+  // The first agent's count stands: every agent of the round computes the same one.
+  store_->compare_set(key(round + 1, "restarts"), "", std::to_string(restarts));
   store_->compare_set("round", std::to_string(round), std::to_string(round + 1));
 }
 

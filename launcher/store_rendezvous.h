@@ -30,7 +30,8 @@ class StoreRendezvous : public Rendezvous {
   void revise_failure(int round, const FailureReport& before, const FailureReport& after) override;
   void acknowledge_stop(int round, bool leaving) override;
   FailureReport settle_failure(int round, int nodes, const FailureReport& fallback) override;
-  void advance(int round) override;
+  int nodes_waiting(int round) override;
+  void advance(int round, int restarts) override;
   std::optional<FailureReport> finish(int round, int nodes) override;
   void linger_until_settled(int round, int nodes) override;
   void linger_until_stopped(int round, int nodes) override;
@@ -39,6 +40,8 @@ class StoreRendezvous : public Rendezvous {
  private:
   NodeAssignment try_join(int round, std::chrono::steady_clock::time_point deadline, bool& late);
   void connect_with_retry(std::chrono::steady_clock::time_point deadline);
+  // Rounds before `round` that ended in a failure rather than a membership change.
+  int restarts_before(int round);
   std::string key(int round, const std::string& name) const;
   // Waits until the round's counter `name` reaches `target` or `deadline` passes.
   void wait_for_count(int round, const std::string& name, int target,

@@ -135,6 +135,7 @@ void Supervisor::start(const NodeAssignment& node, const std::string& store_host
 
 RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rendezvous) {
   std::vector<Worker>& workers = workers_;
+  const bool elastic = config_.min_nodes < config_.max_nodes;
   RoundStateMachine round({config_.shutdown_timeout, config_.monitor_interval}, Clock::now());
 
   const auto act = [&](RoundAction action) {
@@ -261,8 +262,24 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
     if (round.monitor_due(now, any_running)) {
       try {
         if (auto f = rendezvous.failure(node.round)) {
-          ddp::log::error("stopping this node's workers: {}", f->headline());
+          if (elastic && f->is_membership_change()) {
+            ddp::log::info("stopping this node's workers for the next round: {}", f->headline());
+          } else {
+            ddp::log::error("stopping this node's workers: {}", f->headline());
+          }
           round.other_node_failed(*f, now);
+        } else if (node.group_world_size < config_.max_nodes) {
+          if (const int waiting = rendezvous.nodes_waiting(node.round); waiting > 0) {
+            FailureReport r = base_report();
+            r.kind = "membership";
+            r.exit_code = 0;
+            r.message = std::to_string(waiting) + " node" + (waiting == 1 ? "" : "s") +
+                        " waiting to join the " + std::to_string(node.group_world_size) +
+                        " running; the group grows at its next round";
+            const FailureReport first = publish(r);
+            ddp::log::info("stopping this node's workers for the next round: {}", first.headline());
+            round.other_node_failed(first, now);
+          }
         }
       } catch (const ddp::StoreError& e) {
         ddp::log::error("lost the rendezvous store ({}); stopping this node's workers", e.what());

@@ -14,6 +14,9 @@ struct NodeAssignment {
   int group_world_size = 1;  // nodes in the round
   int rank_offset = 0;       // global rank of this node's local rank 0
   int world_size = 1;        // workers in the round, all nodes
+  // Rounds before this one that ended in a failure (what --max-restarts counts); a round ended by
+  // a membership change of an elastic job is not one.
+  int restarts = 0;
 };
 
 struct WorkerSlot {

@@ -125,7 +125,16 @@ int64_t DataLoader::batches_per_epoch() const {
                             : (n + options_.batch_size - 1) / options_.batch_size;
 }
 
-void DataLoader::start_epoch(int64_t epoch, int64_t first_batch) {
+int64_t DataLoader::batches_from(int64_t offset) const {
+  DistributedSampler sampler = sampler_;
+  sampler.set_offset(offset);
+  const int64_t n = sampler.num_samples();
+  return options_.drop_last ? n / options_.batch_size
+                            : (n + options_.batch_size - 1) / options_.batch_size;
+}
+
+void DataLoader::start_epoch(int64_t epoch, int64_t first_batch, int64_t offset) {
+  sampler_.set_offset(offset);
   if (first_batch < 0 || first_batch > batches_per_epoch()) {
     throw ConfigError("cannot start epoch " + std::to_string(epoch) + " at batch " +
                       std::to_string(first_batch) + "; an epoch has " +

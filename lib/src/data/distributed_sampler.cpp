@@ -17,12 +17,22 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int world_size, int
                       std::to_string(world_size) + " is invalid; rank must be in [0, world)");
   }
   if (dataset_size < 0) throw ConfigError("sampler dataset size must not be negative");
+  set_offset(0);
+}
+
+void DistributedSampler::set_offset(int64_t offset) {
+  if (offset < 0 || offset > dataset_size_) {
+    throw ConfigError("sampler offset " + std::to_string(offset) + " is outside the epoch's " +
+                      std::to_string(dataset_size_) + " samples");
+  }
+  offset_ = offset;
+  const int64_t remaining = dataset_size_ - offset;
   // torch: drop_last with an uneven split rounds down, otherwise up (then pads).
-  if (options_.drop_last && dataset_size % world_size != 0) {
-    num_samples_ = (dataset_size - world_size + world_size - 1) / world_size;
+  if (options_.drop_last && remaining % world_size_ != 0) {
+    num_samples_ = (remaining - world_size_ + world_size_ - 1) / world_size_;
     if (num_samples_ < 0) num_samples_ = 0;
   } else {
-    num_samples_ = (dataset_size + world_size - 1) / world_size;
+    num_samples_ = (remaining + world_size_ - 1) / world_size_;
   }
 }
 
@@ -39,16 +49,16 @@ std::vector<int64_t> DistributedSampler::indices() const {
     for (int64_t i = 0; i < dataset_size_; ++i) order[i] = i;
   }
 
+  // What remains after the offset, padded by repeating the permutation from its start (as often
+  // as needed, as torch pads), or truncated, to total_size(): the padding is the same whatever
+  // the offset, so a world continuing at its own offset keeps its shards.
   const int64_t total = total_size();
-  if (total > dataset_size_) {
-    // Pad by repeating the permutation from its start, as often as needed.
-    order.reserve(total);
-    for (int64_t i = 0; static_cast<int64_t>(order.size()) < total; ++i) {
-      order.push_back(order[i % dataset_size_]);
-    }
-  } else {
-    order.resize(total);
+  std::vector<int64_t> rest;
+  rest.reserve(static_cast<std::size_t>(total));
+  for (int64_t i = offset_; static_cast<int64_t>(rest.size()) < total; ++i) {
+    rest.push_back(order[static_cast<std::size_t>(i % dataset_size_)]);
   }
+  order.swap(rest);
 
   std::vector<int64_t> mine;
   mine.reserve(num_samples_);

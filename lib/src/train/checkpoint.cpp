@@ -94,6 +94,13 @@ int64_t read_int(torch::serialize::InputArchive& archive, const std::string& key
   return value.toInt();
 }
 
+// A field that older checkpoints lack.
+int64_t read_int_or(torch::serialize::InputArchive& archive, const std::string& key,
+                    int64_t fallback) {
+  c10::IValue value;
+  return archive.try_read(key, value) ? value.toInt() : fallback;
+}
+
 std::string read_string(torch::serialize::InputArchive& archive, const std::string& key) {
   c10::IValue value;
   archive.read(key, value);
@@ -125,6 +132,9 @@ CheckpointMeta read_meta(torch::serialize::InputArchive& archive) {
   meta.global_step = read_int(archive, "global_step");
   meta.world_size = static_cast<int>(read_int(archive, "world_size"));
   meta.seed = static_cast<uint64_t>(read_int(archive, "seed"));
+  meta.epoch_offset = read_int_or(archive, "epoch_offset", 0);
+  meta.reference_world_size =
+      static_cast<int>(read_int_or(archive, "reference_world_size", meta.world_size));
   return meta;
 }
 
@@ -150,6 +160,8 @@ std::string serialize_checkpoint(const Checkpoint& checkpoint, const torch::nn::
   archive.write("global_step", c10::IValue(m.global_step));
   archive.write("world_size", c10::IValue(static_cast<int64_t>(m.world_size)));
   archive.write("seed", c10::IValue(static_cast<int64_t>(m.seed)));
+  archive.write("epoch_offset", c10::IValue(m.epoch_offset));
+  archive.write("reference_world_size", c10::IValue(static_cast<int64_t>(m.reference_world_size)));
   if (checkpoint.rng_states.defined()) archive.write("rng_states", checkpoint.rng_states);
 
   torch::serialize::OutputArchive model_archive;

@@ -197,6 +197,13 @@ class FitRun {
   void log_progress(EpochStats& stats, double loss);
   // The epoch's summary, its checkpoint, evaluation and metrics record.
   void end_epoch(const EpochStats& stats);
+  // The steps of this world size that the training's progress amounts to: global_step_ in a run
+  // whose world size never changed; after a change, what this world would have taken to get
+  // here. The schedule, --max-steps and the ETA run on it, so they end with the last epoch.
+  int64_t progress_step() const {
+    return epoch_ * steps_per_epoch_ + epoch_offset_ / batch_images_ + batch_in_epoch_;
+  }
+  double learning_rate(int64_t progress) const { return schedule_.at(progress) * lr_scale_; }
   // A checkpoint of the current step (once per step), written by rank 0.
   void save_checkpoint(int64_t at_epoch, int64_t at_batch);
   // The window's compute and wait times of every rank (collective); rank 0 names stragglers.
@@ -232,6 +239,13 @@ class FitRun {
   TrainResult result_;
   int64_t epoch_ = 0;
   int64_t batch_in_epoch_ = 0;
+  // Sample positions of the epoch trained before this world size began it (elastic jobs:
+  // CheckpointMeta::epoch_offset); batch_in_epoch_ counts from there.
+  int64_t epoch_offset_ = 0;
+  // The world size the training began with, and the learning rate's factor for this one: the
+  // per-rank batch is kept, so the global batch follows the world size and so does the rate.
+  int reference_world_ = world_;
+  double lr_scale_ = 1.0;
   int64_t global_step_ = 0;
   int64_t last_checkpoint_step_ = -1;  // the step of the last checkpoint; -1: none yet
   std::vector<int64_t> stop_flag_{0};
@@ -283,8 +297,8 @@ data::DataLoader FitRun::make_loader(const data::ImageDataset& train_set,
 TrainResult FitRun::run() {
   if (!options_.checkpoint_dir.empty() && options_.resume) resume();
   prepare();
-  while (epoch_ < options_.epochs && !stopping_ && global_step_ < last_step_) {
-    loader_.start_epoch(epoch_, batch_in_epoch_);
+  while (epoch_ < options_.epochs && !stopping_ && progress_step() < last_step_) {
+    loader_.start_epoch(epoch_, batch_in_epoch_, epoch_offset_);
     EpochStats stats;
     stats.data_wait_before = loader_.stats().wait_seconds;
     if (!train_epoch(stats)) {
@@ -319,20 +333,35 @@ void FitRun::resume() {
   }
   const CheckpointMeta& meta = loaded.meta;
   epoch_ = meta.epoch;
-  batch_in_epoch_ = meta.batch_in_epoch;
   global_step_ = meta.global_step;
-  if (batch_in_epoch_ >= steps_per_epoch_) {
-    ++epoch_;
+  reference_world_ = meta.reference_world_size;
+  if (meta.world_size == world_) {
+    epoch_offset_ = meta.epoch_offset;
+    batch_in_epoch_ = meta.batch_in_epoch;
+  } else {
+    // The old world consumed positions [0, offset + batches x batch x its size) of the epoch's
+    // order: this one deals out the rest, so that each sample of the epoch is trained once.
+    epoch_offset_ = std::min<int64_t>(
+        meta.epoch_offset + meta.batch_in_epoch * options_.data.batch_size * meta.world_size,
+        train_set_.size());
     batch_in_epoch_ = 0;
   }
+  if (epoch_offset_ >= train_set_.size() ||
+      batch_in_epoch_ >= loader_.batches_from(epoch_offset_)) {
+    ++epoch_;
+    batch_in_epoch_ = 0;
+    epoch_offset_ = 0;
+  }
+  lr_scale_ = static_cast<double>(world_) / static_cast<double>(reference_world_);
   if (meta.world_size == world_ && loaded.rng_states.defined() &&
       loaded.rng_states.size(0) == world_) {
     set_rng_state(loaded.rng_states[rank_].contiguous());
   } else {
     log::warn(
-        "checkpoint was written by {} ranks, this run has {}: data order and dropout "
-        "continue from a fresh stream",
-        meta.world_size, world_);
+        "checkpoint was written by {} ranks, this run has {}: the epoch goes on from sample "
+        "position {} of {} (each remaining sample once), augmentation and dropout from a fresh "
+        "random stream, at a learning rate scaled by {}/{}",
+        meta.world_size, world_, epoch_offset_, train_set_.size(), world_, reference_world_);
     seed_rng(data::mix_seed(options_.seed, 0x5eed, static_cast<uint64_t>(rank_),
                             static_cast<uint64_t>(global_step_)));
   }
@@ -371,13 +400,16 @@ void FitRun::prepare() {
                            {"steps_per_epoch", steps_per_epoch_},
                            {"epochs", options_.epochs},
                            {"start_step", global_step_},
+                           {"epoch_offset", epoch_offset_},
+                           {"reference_world_size", int64_t{reference_world_}},
+                           {"lr_scale", lr_scale_},
                            {"bf16", bf16_},
                            {"bf16_requested", options_.bf16},
                            {"seconds_since_process_start", seconds_since_process_start()}});
 }
 
 bool FitRun::train_epoch(EpochStats& stats) {
-  while (global_step_ < last_step_) {
+  while (progress_step() < last_step_) {
     const auto data_start = Clock::now();
     std::optional<data::Batch> batch = loader_.next();
     if (!batch) break;
@@ -405,7 +437,7 @@ bool FitRun::train_epoch(EpochStats& stats) {
     }
     trace_.write_after(global_step_);
   }
-  return !stopping_ && batch_in_epoch_ >= steps_per_epoch_;
+  return !stopping_ && batch_in_epoch_ >= loader_.batches_per_epoch();
 }
 
 double FitRun::step(const data::Batch& batch) {
@@ -432,7 +464,7 @@ double FitRun::step(const data::Batch& batch) {
   // Compute time: the step's, less its waits for other ranks (rank 0's buffers, the gradients'
   // allreduces at the end of backward).
   const auto start = Clock::now();
-  set_learning_rate(*optimizer_, schedule_.at(global_step_));
+  set_learning_rate(*optimizer_, learning_rate(progress_step()));
   double waits = 0;
   if (has_buffers_) {
     ddp_->sync_buffers();
@@ -474,20 +506,20 @@ void FitRun::log_progress(EpochStats& stats, double loss) {
   const double window = seconds_between(stats.window_start, now);
   const double rate = static_cast<double>(stats.window_steps * batch_images_) / window;
   const double eta = window / static_cast<double>(stats.window_steps) *
-                     static_cast<double>(last_step_ - global_step_);
+                     static_cast<double>(last_step_ - progress_step());
+  const double lr = learning_rate(progress_step() - 1);
   if (rank_ == 0) {  // every rank's figures go to the live metrics below
     log::info("epoch {}/{} step {}/{} loss {:.4f} lr {:.4g} {:.0f} img/s ETA {}", epoch_ + 1,
-              options_.epochs, batch_in_epoch_, steps_per_epoch_, loss,
-              schedule_.at(global_step_ - 1), rate, format_duration(eta));
+              options_.epochs, epoch_offset_ / batch_images_ + batch_in_epoch_, steps_per_epoch_,
+              loss, lr, rate, format_duration(eta));
   }
   metrics_.write("step", {{"step", global_step_},
                           {"epoch", epoch_},
                           {"loss", loss},
-                          {"lr", schedule_.at(global_step_ - 1)},
+                          {"lr", lr},
                           {"images_per_second", rate},
                           {"step_seconds", window / static_cast<double>(stats.window_steps)}});
-  live_.set_progress(global_step_, epoch_, loss, schedule_.at(global_step_ - 1),
-                     rate / static_cast<double>(world_),
+  live_.set_progress(global_step_, epoch_, loss, lr, rate / static_cast<double>(world_),
                      window / static_cast<double>(stats.window_steps));
   stats.window_start = now;
   stats.window_steps = 0;
@@ -540,6 +572,7 @@ void FitRun::end_epoch(const EpochStats& stats) {
   summary.images_per_second = static_cast<double>(stats.loss_count * batch_images_) / train_seconds;
   ++epoch_;
   batch_in_epoch_ = 0;
+  epoch_offset_ = 0;
   save_checkpoint(epoch_, 0);
 
   double eval_seconds = 0;
@@ -584,6 +617,8 @@ void FitRun::save_checkpoint(int64_t at_epoch, int64_t at_batch) {
   checkpoint.meta.batch_in_epoch = at_batch;
   checkpoint.meta.global_step = global_step_;
   checkpoint.meta.world_size = world_;
+  checkpoint.meta.epoch_offset = epoch_offset_;
+  checkpoint.meta.reference_world_size = reference_world_;
   checkpoint.meta.seed = options_.seed;
   checkpoint.rng_states = gather_rng_states(comm_);
   last_checkpoint_step_ = global_step_;
@@ -597,7 +632,7 @@ void FitRun::save_checkpoint(int64_t at_epoch, int64_t at_batch) {
 }
 
 TrainResult FitRun::finish() {
-  if (stopping_ && global_step_ < last_step_) {
+  if (stopping_ && progress_step() < last_step_) {
     result_.status = TrainStatus::kPreempted;
     if (rank_ == 0) {
       log::warn("stopped by signal {} after step {}; the checkpoint resumes it",

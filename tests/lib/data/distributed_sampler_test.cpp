@@ -163,5 +163,79 @@ TEST(DistributedSampler, MatchesPyTorchExactly) {
   }
 }
 
+// An elastic job's epoch: 2 ranks train some batches, 3 ranks go on from where they stopped,
+// then 1 rank finishes the epoch. Each continues at the offset the trainer computes from its
+// checkpoint (positions consumed = offset + batches x batch x world), and every sample of the
+// epoch is trained exactly once.
+TEST(DistributedSampler, AWorldSizeChangeWithinAnEpochTrainsEachSampleOnce) {
+  const int64_t n = 101;
+  const int64_t batch = 4;
+  struct Segment {
+    int world;
+    int64_t batches;  // per rank; -1: to the end of the epoch
+  };
+  for (const std::vector<Segment>& plan :
+       {std::vector<Segment>{{2, 5}, {3, 3}, {1, -1}}, std::vector<Segment>{{3, 2}, {2, -1}},
+        std::vector<Segment>{{1, 7}, {4, -1}}}) {
+    std::multiset<int64_t> trained;
+    int64_t offset = 0;
+    std::string trace;
+    for (const Segment& segment : plan) {
+      trace += " " + std::to_string(segment.world) + "@" + std::to_string(offset);
+      for (int r = 0; r < segment.world; ++r) {
+        DistributedSampler s(n, segment.world, r);
+        s.set_epoch(4);
+        s.set_offset(offset);
+        const auto mine = s.indices();
+        const auto take =
+            segment.batches < 0 ? mine.size() : static_cast<std::size_t>(segment.batches * batch);
+        ASSERT_LE(take, mine.size());
+        trained.insert(mine.begin(), mine.begin() + static_cast<std::ptrdiff_t>(take));
+      }
+      if (segment.batches >= 0) offset += segment.batches * batch * segment.world;
+    }
+    SCOPED_TRACE("world@offset:" + trace);
+    // The last segment pads its share to equal shards, as a fixed world does at the epoch's end.
+    const int last_world = plan.back().world;
+    const auto padding = static_cast<std::size_t>(
+        ((n - offset) + last_world - 1) / last_world * last_world - (n - offset));
+    EXPECT_EQ(trained.size(), static_cast<std::size_t>(n) + padding);
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_GE(trained.count(i), 1u) << "sample " << i << " skipped";
+      EXPECT_LE(trained.count(i), 2u) << "sample " << i;
+    }
+    std::size_t twice = 0;
+    for (int64_t i = 0; i < n; ++i) twice += trained.count(i) - 1;
+    EXPECT_EQ(twice, padding) << "only the final padding may repeat a sample";
+  }
+}
+
+TEST(DistributedSampler, TheSameWorldAtAnOffsetContinuesItsOwnShards) {
+  // A restart at the same world size: the shards from offset b x batch x world are the tails of
+  // the uninterrupted ones, so the data order does not change.
+  const int64_t n = 50;
+  const int world = 3;
+  for (int r = 0; r < world; ++r) {
+    DistributedSampler whole(n, world, r);
+    DistributedSampler resumed(n, world, r);
+    whole.set_epoch(2);
+    resumed.set_epoch(2);
+    resumed.set_offset(2 * 4 * world);
+    const auto a = whole.indices();
+    const auto b = resumed.indices();
+    ASSERT_EQ(b.size() + 8, a.size());
+    EXPECT_TRUE(std::equal(b.begin(), b.end(), a.begin() + 8)) << "rank " << r;
+  }
+}
+
+TEST(DistributedSampler, AnOffsetOutsideTheEpochIsAConfigError) {
+  DistributedSampler s(10, 2, 0);
+  EXPECT_THROW(s.set_offset(11), ConfigError);
+  EXPECT_THROW(s.set_offset(-1), ConfigError);
+  s.set_offset(10);
+  EXPECT_EQ(s.num_samples(), 0);
+  EXPECT_TRUE(s.indices().empty());
+}
+
 }  // namespace
 }  // namespace ddp::data

@@ -213,6 +213,64 @@ TEST(DdprunProcess, ElasticRangeStartsWithTheMinimumAfterTheLastCall) {
   EXPECT_EQ(count_of(run.output(), "sum=3 ok"), 2) << run.output();
 }
 
+std::vector<std::string> elastic_flags(int port) {
+  return {"--nnodes",           "1:2",  "--nproc-per-node", "1",
+          "--rdzv-backend",     "c10d", "--rdzv-endpoint",  "127.0.0.1:" + std::to_string(port),
+          "--rdzv-id",          "grow", "--rdzv-conf",      "last_call_timeout=0.5",
+          "--monitor-interval", "0.05", "--max-restarts",   "0"};
+}
+
+TEST(DdprunProcess, ElasticJobGrowsWhenANodeArrivesWithoutUsingARestart) {
+  // A MIN:MAX job running below MAX takes in a node that arrives: its agent waits, the running
+  // node sees it, stops its workers and both start the next round as two nodes. --max-restarts 0
+  // still holds: a membership change is not a failure.
+  const int port = ddp::testing::free_tcp_port();
+  const std::vector<std::string> worker = {kWorker, "--iterations", "150", "--interval-ms", "20"};
+  ChildProcess first(cmd(elastic_flags(port), worker), {});
+  ASSERT_TRUE(first.wait_for_output("first_allreduce", seconds(90))) << first.output();
+  ChildProcess second(cmd(elastic_flags(port), worker), {});
+  ASSERT_EQ(first.wait(seconds(120)), 0) << first.output();
+  ASSERT_EQ(second.wait(seconds(30)), 0) << second.output();
+  EXPECT_NE(first.output().find("round 0: node 0 of 1, ranks 0..0 of 1"), std::string::npos)
+      << first.output();
+  EXPECT_NE(second.output().find("waiting for the group to take this node in"), std::string::npos)
+      << second.output();
+  EXPECT_NE(first.output().find("1 node waiting to join the 1 running"), std::string::npos)
+      << first.output();
+  EXPECT_NE(first.output().find("round 0 ended for a change of members"), std::string::npos)
+      << first.output();
+  const std::string both = first.output() + second.output();
+  EXPECT_EQ(count_of(both, "round 1: node "), 2) << both;
+  EXPECT_EQ(count_of(both, " of 2, ranks "), 2) << both;
+  EXPECT_EQ(count_of(both, "sum=3 ok attempt=1"), 2) << both;
+  EXPECT_EQ(count_of(both, "restarting the group"), 0) << both;
+}
+
+TEST(DdprunProcess, ElasticJobGoesOnWithoutANodeThatWasStopped) {
+  // A pod of a MIN:MAX job is deleted (its agent gets SIGTERM): the node leaves, and the other
+  // goes on alone after the last call, without using a restart.
+  const int port = ddp::testing::free_tcp_port();
+  const std::vector<std::string> worker = {kWorker, "--iterations", "150", "--interval-ms", "20"};
+  ChildProcess a(cmd(elastic_flags(port), worker), {});
+  ChildProcess b(cmd(elastic_flags(port), worker), {});
+  ASSERT_TRUE(a.wait_for_output("first_allreduce", seconds(90))) << a.output();
+  ASSERT_TRUE(b.wait_for_output("first_allreduce", seconds(30))) << b.output();
+  ASSERT_NE(a.output().find(" of 2, ranks "), std::string::npos) << a.output();
+  // The agent that bound the endpoint serves the store (the job needs it): the other one leaves.
+  const bool a_hosts = a.output().find("serving the rendezvous store") != std::string::npos;
+  ChildProcess& leaving = a_hosts ? b : a;
+  ChildProcess& staying = a_hosts ? a : b;
+  leaving.signal(SIGTERM);
+  EXPECT_NE(leaving.wait(seconds(30)), 0) << leaving.output();
+  ASSERT_EQ(staying.wait(seconds(120)), 0) << staying.output();
+  EXPECT_NE(staying.output().find("ended for a change of members"), std::string::npos)
+      << staying.output();
+  EXPECT_NE(staying.output().find("round 1: node 0 of 1, ranks 0..0 of 1"), std::string::npos)
+      << staying.output();
+  EXPECT_NE(staying.output().find("sum=1 ok attempt=1"), std::string::npos) << staying.output();
+  EXPECT_EQ(count_of(staying.output(), "restarting the group"), 0) << staying.output();
+}
+
 TEST(DdprunProcess, SigkilledWorkerStopsEveryNodeWithTheSignalCode) {
   const int port = ddp::testing::free_tcp_port();
   const std::vector<std::string> worker = {kWorker, "--iterations", "100000", "--interval-ms",

@@ -40,14 +40,19 @@ class DataLoader {
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  // Starts epoch `epoch` at batch `first_batch` (0 for a fresh epoch); background building of
-  // its first batches begins at once. Discards anything left of the previous epoch.
-  void start_epoch(int64_t epoch, int64_t first_batch = 0);
+  // Starts epoch `epoch` at batch `first_batch` (0 for a fresh epoch) of the part of its sample
+  // order that begins at position `offset` (DistributedSampler::set_offset; not 0 only after the
+  // world size changed within the epoch); background building of its first batches begins at
+  // once. Discards anything left of the previous epoch. batches_per_epoch() then counts the
+  // batches from `offset` on.
+  void start_epoch(int64_t epoch, int64_t first_batch = 0, int64_t offset = 0);
 
   // The epoch's next batch, or nullopt once it is exhausted. Rethrows a failure of the builder.
   std::optional<Batch> next();
 
   int64_t batches_per_epoch() const;
+  // The batches of an epoch started at sample position `offset` (start_epoch's).
+  int64_t batches_from(int64_t offset) const;
   const ImageDataset& dataset() const { return dataset_; }
   const DistributedSampler& sampler() const { return sampler_; }
   const LoaderOptions& options() const { return options_; }

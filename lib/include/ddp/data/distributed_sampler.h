@@ -4,6 +4,12 @@
 // torch.randperm with a generator seeded by seed + epoch, the same on every rank; padded by
 // wrapping around (or truncated with drop_last) to a multiple of the world size; rank r takes
 // positions r, r + W, r + 2W, ... So every rank gets the same number of samples.
+//
+// An offset (set_offset) starts the epoch part-way, for a job whose world size changed within
+// it: the first `offset` positions of the permutation are skipped, and the rest is padded (or
+// truncated) and dealt out as above. A world of W ranks that trained b batches of B samples each
+// consumed exactly positions [0, b x B x W), so a new world continuing at that offset visits
+// every remaining sample of the epoch once.
 #include <cstdint>
 #include <vector>
 
@@ -24,6 +30,10 @@ class DistributedSampler {
   // Selects the epoch whose permutation indices() returns (seed + epoch), as torch's set_epoch.
   void set_epoch(int64_t epoch) { epoch_ = epoch; }
   int64_t epoch() const { return epoch_; }
+  // Skips the epoch's first `offset` positions (0 <= offset <= dataset size; ConfigError
+  // otherwise); num_samples() then counts what remains.
+  void set_offset(int64_t offset);
+  int64_t offset() const { return offset_; }
 
   // This rank's indices for the current epoch, in visiting order.
   std::vector<int64_t> indices() const;
@@ -42,6 +52,7 @@ class DistributedSampler {
   SamplerOptions options_;
   int64_t num_samples_;
   int64_t epoch_ = 0;
+  int64_t offset_ = 0;
 };
 
 }  // namespace ddp::data

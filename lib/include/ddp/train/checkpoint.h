@@ -30,9 +30,15 @@ struct CheckpointMeta {
   models::ModelSpec model;
   std::vector<std::string> class_names;
   int64_t epoch = 0;           // the epoch in progress
-  int64_t batch_in_epoch = 0;  // batches of `epoch` already trained
+  int64_t batch_in_epoch = 0;  // batches of `epoch` trained since epoch_offset, at world_size
   int64_t global_step = 0;     // optimizer steps taken
   int world_size = 1;
+  // Positions of the epoch's sample order trained before world_size's share of it began: not 0
+  // only when the world size changed within the epoch (an elastic job). The epoch has consumed
+  // epoch_offset + batch_in_epoch x batch size x world_size positions.
+  int64_t epoch_offset = 0;
+  // The world size the training began with, against which the learning rate is scaled.
+  int reference_world_size = 1;
   uint64_t seed = 0;
 };
 

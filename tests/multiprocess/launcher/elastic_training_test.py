@@ -1,0 +1,270 @@
+#!/usr/bin/python3
+"""Elastic training end to end: ddprun --nnodes 1:2 with train_mnist, each node a simulated pod
+(a network namespace on a bridge of its own, its own hostname), the c10d store on pod 0.
+
+  grow:   pod 0 trains alone; pod 1 starts mid-epoch. The group must take it in at the next
+          round (pod 0's trainer checkpoints and exits 75 on SIGTERM), continue as 2 nodes from
+          the same sample position of the epoch, and finish, with --max-restarts 0.
+  shrink: both pods train; pod 1 is deleted (SIGTERM to its agent, as the kubelet does, then
+          its namespace removed). Pod 0 must go on alone after the last call and finish, with
+          --max-restarts 0.
+Each is compared with fixed-size runs (1 pod, 2 pods) of the same training: every round and its
+world size must show in the logs, and the test accuracy must be within the tolerance of the
+fixed run of the size the training began with (same learning-rate policy: the rate given is for
+that size and is scaled linearly with the world size).
+
+  elastic_training_test.py DDPRUN TRAIN_MNIST [--tolerance PT] [--keep]"""
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+PREFIX = f"ddpel{os.getpid() % 100000}"
+SUBNET = "10.214.9"
+# Long enough, and tested on all 10000 test images, for the accuracy to settle: at 2000 images
+# the standard error alone is 0.8 pt.
+TRAIN_ARGS = ["--epochs", "3", "--train-subset", "20000", "--test-subset", "0", "--threads", "1",
+              "--log-every", "20", "--seed", "7"]
+results = []
+
+
+def check(name, ok, detail=""):
+    results.append(bool(ok))
+    print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
+    return ok
+
+
+def sh(*cmd):
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+class Pods:
+    """Network namespaces PREFIX-pod<i> on a bridge in PREFIX-br; removed on exit."""
+
+    def __init__(self, count):
+        self.count = count
+        self.created = []
+
+    def ns(self, i):
+        return f"{PREFIX}-pod{i}"
+
+    @staticmethod
+    def ip(i):
+        return f"{SUBNET}.{i + 1}"
+
+    def __enter__(self):
+        bridge = f"{PREFIX}-br"
+        self._add(bridge)
+        for cmd in (["ip", "-n", bridge, "link", "add", "br0", "type", "bridge"],
+                    ["ip", "-n", bridge, "link", "set", "br0", "up"]):
+            self._must(cmd)
+        for i in range(self.count):
+            ns = self.ns(i)
+            self._add(ns)
+            for cmd in (["ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", f"p{i}",
+                         "netns", bridge],
+                        ["ip", "-n", ns, "addr", "add", f"{self.ip(i)}/24", "dev", "eth0"],
+                        ["ip", "-n", ns, "link", "set", "eth0", "up"],
+                        ["ip", "-n", ns, "link", "set", "lo", "up"],
+                        ["ip", "-n", bridge, "link", "set", f"p{i}", "master", "br0"],
+                        ["ip", "-n", bridge, "link", "set", f"p{i}", "up"]):
+                self._must(cmd)
+            os.makedirs(f"/etc/netns/{ns}", exist_ok=True)
+            with open(f"/etc/netns/{ns}/hosts", "w") as f:
+                f.write("127.0.0.1 localhost\n" +
+                        "".join(f"{self.ip(k)} pod-{k}\n" for k in range(self.count)))
+        return self
+
+    def delete(self, i):
+        ns = self.ns(i)
+        for pid in sh("ip", "netns", "pids", ns).stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        sh("ip", "netns", "del", ns)
+        shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
+        if ns in self.created:
+            self.created.remove(ns)
+
+    def __exit__(self, *exc):
+        for ns in reversed(list(self.created)):
+            for pid in sh("ip", "netns", "pids", ns).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            sh("ip", "netns", "del", ns)
+            shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
+        return False
+
+    def _add(self, ns):
+        self._must(["ip", "netns", "add", ns])
+        self.created.append(ns)
+
+    @staticmethod
+    def _must(cmd):
+        r = sh(*cmd)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+
+
+class Agent:
+    """One pod's ddprun, its output in a file; killed (process group) on close."""
+
+    def __init__(self, pods, i, args, work, name):
+        self.log_path = os.path.join(work, f"{name}.log")
+        self.log = open(self.log_path, "w")
+        argv = ["ip", "netns", "exec", pods.ns(i), "unshare", "--uts", "/bin/sh", "-c",
+                f"hostname pod-{i} && exec \"$0\" \"$@\""] + args
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def output(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def wait_for(self, pattern, deadline_s):
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if re.search(pattern, self.output()):
+                return True
+            if self.proc.poll() is not None:
+                return bool(re.search(pattern, self.output()))
+            time.sleep(0.2)
+        return False
+
+    def wait(self, deadline_s):
+        try:
+            return self.proc.wait(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            self.close()
+            return None
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        self.log.close()
+
+
+def accuracy(text):
+    found = re.findall(r"epoch \d+/\d+: train loss [\d.]+, \d+ img/s; test accuracy ([\d.]+)%", text)
+    return float(found[-1]) if found else None
+
+
+def agent_args(ddprun, train_mnist, pods, ckpt, nnodes):
+    return [ddprun, "--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"{pods.ip(0)}:29400", "--rdzv-id", "elastic",
+            "--rdzv-conf", "last_call_timeout=1", "--monitor-interval", "0.1",
+            "--max-restarts", "0", train_mnist, "--checkpoint-dir", ckpt] + TRAIN_ARGS
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("ddprun")
+    parser.add_argument("train_mnist")
+    parser.add_argument("--tolerance", type=float, default=0.5, help="accuracy, points")
+    parser.add_argument("--keep", action="store_true", help="keep the logs' folder")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("SKIP: elastic training needs root for network namespaces; run as root", flush=True)
+        return SKIP
+    if sh("ip", "netns", "list").returncode != 0 or sh("unshare", "--uts", "true").returncode != 0:
+        print("SKIP: 'ip netns' or 'unshare --uts' is not available here (iproute2, util-linux)")
+        return SKIP
+
+    work = tempfile.mkdtemp(prefix="ddp-elastic-")
+    agents = []
+    try:
+        def start(pods, i, name, ckpt, nnodes):
+            a = Agent(pods, i, agent_args(args.ddprun, args.train_mnist, pods, ckpt, nnodes), work, name)
+            agents.append(a)
+            return a
+
+        fixed = {}
+        for size in (1, 2):
+            with Pods(size) as pods:
+                ckpt = os.path.join(work, f"fixed{size}")
+                run = [start(pods, i, f"fixed{size}-pod{i}", ckpt, str(size)) for i in range(size)]
+                codes = [a.wait(300) for a in run]
+                fixed[size] = accuracy(run[0].output())
+                check(f"fixed {size}-pod run finishes", codes == [0] * size and fixed[size] is not None,
+                      f"exit codes {codes}, accuracy {fixed[size]} %")
+
+        # grow: 1 -> 2
+        with Pods(2) as pods:
+            ckpt = os.path.join(work, "grow")
+            first = start(pods, 0, "grow-pod0", ckpt, "1:2")
+            alone = first.wait_for(r"epoch 1/3 step 60/", 180)
+            check("grow: pod 0 trains alone (round 0, 1 node)",
+                  alone and "round 0: node 0 of 1, ranks 0..0 of 1" in first.output(), first.output()[-400:])
+            second = start(pods, 1, "grow-pod1", ckpt, "1:2")
+            codes = [first.wait(300), second.wait(60)]
+            out0, out1 = first.output(), second.output()
+            grown = accuracy(out0)
+            check("grow: both pods finish with --max-restarts 0", codes == [0, 0], f"exit codes {codes}")
+            check("grow: the group took pod 1 in at round 1 as 2 nodes, no restart used",
+                  "round 1: node 0 of 2, ranks 0..0 of 2" in out0 and "round 1: node 1 of 2" in out1
+                  and "ended for a change of members" in out0 and "restarting the group" not in out0,
+                  " | ".join(l for l in out0.splitlines() if "round" in l)[:600])
+            m = re.search(r"checkpoint was written by 1 ranks, this run has 2: the epoch goes on from "
+                          r"sample position (\d+) of 20000", out0)
+            check("grow: the 2-node round resumed the epoch at the sample position the 1-node round reached",
+                  m is not None and int(m.group(1)) % 64 == 0 and int(m.group(1)) >= 60 * 64,
+                  m.group(0) if m else out0[-600:])
+            check(f"grow: test accuracy within {args.tolerance} pt of the fixed 1-pod run",
+                  grown is not None and fixed[1] is not None and abs(grown - fixed[1]) <= args.tolerance,
+                  f"{grown} % against {fixed[1]} % (fixed 2-pod run: {fixed[2]} %)")
+
+        # shrink: 2 -> 1
+        with Pods(2) as pods:
+            ckpt = os.path.join(work, "shrink")
+            first = start(pods, 0, "shrink-pod0", ckpt, "1:2")
+            second = start(pods, 1, "shrink-pod1", ckpt, "1:2")
+            together = first.wait_for(r"epoch 1/3 step 40/", 180)
+            check("shrink: both pods train as one group of 2 nodes",
+                  together and "round 0: node 0 of 2, ranks 0..0 of 2" in first.output(),
+                  first.output()[-400:])
+            os.killpg(second.proc.pid, signal.SIGTERM)  # the kubelet deleting pod 1
+            left = second.wait(60)
+            pods.delete(1)
+            code = first.wait(300)
+            out0 = first.output()
+            shrunk = accuracy(out0)
+            check("shrink: pod 1 leaves with its trainer's answer to SIGTERM (75)", left == 75,
+                  f"exit {left}: {second.output()[-300:]}")
+            check("shrink: pod 0 goes on alone and finishes with --max-restarts 0", code == 0,
+                  f"exit {code}: {out0[-600:]}")
+            check("shrink: round 1 has 1 node, no restart used",
+                  "round 1: node 0 of 1, ranks 0..0 of 1" in out0 and "ended for a change of members" in out0
+                  and "restarting the group" not in out0,
+                  " | ".join(l for l in out0.splitlines() if "round" in l)[:600])
+            check("shrink: the 1-node round resumed the epoch where the 2 nodes stopped",
+                  re.search(r"checkpoint was written by 2 ranks, this run has 1: the epoch goes on from "
+                            r"sample position \d+ of 20000", out0) is not None, out0[-600:])
+            check(f"shrink: test accuracy within {args.tolerance} pt of the fixed 2-pod run",
+                  shrunk is not None and fixed[2] is not None and abs(shrunk - fixed[2]) <= args.tolerance,
+                  f"{shrunk} % against {fixed[2]} % (fixed 1-pod run: {fixed[1]} %)")
+    finally:
+        for a in agents:
+            a.close()
+        if args.keep:
+            print(f"logs kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
