@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +31,9 @@ using std::chrono::milliseconds;
 
 constexpr auto kFirstProgress = std::chrono::seconds(2);
 constexpr auto kProgressEvery = std::chrono::seconds(10);
+// How long an agent waits for the round's first joiner to hand out the places before it
+// computes them itself (the same ones).
+constexpr auto kPlacesWait = std::chrono::seconds(2);
 constexpr auto kReleaseWait = std::chrono::seconds(30);
 
 double seconds_of(Clock::duration d) {
@@ -211,6 +215,54 @@ NodeAssignment StoreRendezvous::join() {
   }
 }
 
+void StoreRendezvous::assign_places(int round, int closed) {
+  std::vector<std::string> member_keys;
+  for (int i = 1; i <= closed; ++i)
+    member_keys.push_back(key(round, "member/" + std::to_string(i)));
+  const std::vector<std::string> records = store_->multi_get(member_keys);
+  std::vector<Member> members;
+  for (int i = 1; i <= closed; ++i) {
+    const json j = json::parse(records[static_cast<std::size_t>(i - 1)]);
+    members.push_back({i, j.value("node_rank", -1), j.value("preferred", -1), j.value("nproc", 1),
+                       j.value("host", "")});
+  }
+  std::vector<std::string> place_keys;
+  for (int i = 1; i <= closed; ++i) place_keys.push_back(key(round, "place/" + std::to_string(i)));
+  // Two nodes claiming one node rank: every node fails with the same line.
+  std::map<int, const Member*> claimed;
+  for (const Member& m : members) {
+    if (m.node_rank < 0) continue;
+    const auto [it, fresh] = claimed.emplace(m.node_rank, &m);
+    if (!fresh) {
+      const std::string error = "error:node rank " + std::to_string(m.node_rank) +
+                                " is claimed by two nodes (" + it->second->host + " and " + m.host +
+                                "); give each node its own --node-rank or pod index";
+      store_->multi_set(place_keys, std::vector<std::string>(place_keys.size(), error));
+      return;
+    }
+  }
+  // Known node ranks first, in order; then nodes without one, by their previous position and
+  // then by join order, so a restart keeps every node's ranks.
+  std::stable_sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
+    const auto rank_key = [](const Member& m) { return m.node_rank >= 0 ? m.node_rank : INT_MAX; };
+    const auto pref_key = [](const Member& m) { return m.preferred >= 0 ? m.preferred : INT_MAX; };
+    if (rank_key(a) != rank_key(b)) return rank_key(a) < rank_key(b);
+    if (pref_key(a) != pref_key(b)) return pref_key(a) < pref_key(b);
+    return a.join_index < b.join_index;
+  });
+  int world_size = 0;
+  for (const Member& m : members) world_size += m.nproc;
+  std::vector<std::string> places(place_keys.size());
+  int offset = 0;
+  for (int g = 0; g < closed; ++g) {
+    const Member& m = members[static_cast<std::size_t>(g)];
+    places[static_cast<std::size_t>(m.join_index - 1)] =
+        json{{"group_rank", g}, {"rank_offset", offset}, {"world_size", world_size}}.dump();
+    offset += m.nproc;
+  }
+  store_->multi_set(place_keys, places);
+}
+
 NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, bool& late) {
   const auto start = Clock::now();
   const int index = static_cast<int>(store_->add(key(round, "joined"), 1));
@@ -258,43 +310,38 @@ NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, 
     return {};
   }
 
-  std::vector<Member> members;
-  for (int i = 1; i <= closed; ++i) {
-    const json j = json::parse(store_->get(key(round, "member/" + std::to_string(i))));
-    members.push_back({i, j.value("node_rank", -1), j.value("preferred", -1), j.value("nproc", 1),
-                       j.value("host", "")});
-  }
-  for (std::size_t a = 0; a < members.size(); ++a) {
-    for (std::size_t b = a + 1; b < members.size(); ++b) {
-      if (members[a].node_rank >= 0 && members[a].node_rank == members[b].node_rank) {
-        throw ddp::ConfigError("node rank " + std::to_string(members[a].node_rank) +
-                               " is claimed by two nodes (" + members[a].host + " and " +
-                               members[b].host +
-                               "); give each node its own --node-rank or pod index");
-      }
+  // The round's first joiner orders the members and hands each its place; every other agent
+  // reads its own key. So a round of N nodes costs the store O(N) requests, not N² reads of
+  // every member by every agent.
+  // The places follow from the members alone, so an agent that waits too long (the first one
+  // died or stalls) writes the same ones itself.
+  if (index == 1) assign_places(round, closed);
+  const std::string place_key = key(round, "place/" + std::to_string(index));
+  const auto give_up_waiting = Clock::now() + kPlacesWait;
+  auto wait = milliseconds(1);
+  while (!store_->check({place_key})) {
+    poll_interrupt_();
+    if (Clock::now() >= give_up_waiting) {
+      assign_places(round, closed);
+      continue;
     }
+    std::this_thread::sleep_for(wait);
+    wait = std::min(wait * 2, milliseconds(20));
   }
-  // Known node ranks first, in order; then nodes without one, by their previous position and
-  // then by join order, so a restart keeps every node's ranks.
-  std::stable_sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
-    const auto rank_key = [](const Member& m) { return m.node_rank >= 0 ? m.node_rank : INT_MAX; };
-    const auto pref_key = [](const Member& m) { return m.preferred >= 0 ? m.preferred : INT_MAX; };
-    if (rank_key(a) != rank_key(b)) return rank_key(a) < rank_key(b);
-    if (pref_key(a) != pref_key(b)) return pref_key(a) < pref_key(b);
-    return a.join_index < b.join_index;
-  });
+  const std::string text = store_->get(place_key);
+  if (text.rfind("error:", 0) == 0) {
+    // The store's host leaves last, so that every node reads the error rather than a lost store.
+    store_->add(key(round, "placed"), 1);
+    if (hosts_store_) wait_for_count(round, "placed", closed, Clock::now() + kReleaseWait);
+    throw ddp::ConfigError(text.substr(6));
+  }
+  const json place = json::parse(text);
   NodeAssignment node;
   node.round = round;
   node.group_world_size = closed;
-  node.world_size = 0;
-  for (int g = 0; g < closed; ++g) {
-    const Member& m = members[static_cast<std::size_t>(g)];
-    if (m.join_index == index) {
-      node.group_rank = g;
-      node.rank_offset = node.world_size;
-    }
-    node.world_size += m.nproc;
-  }
+  node.group_rank = place.at("group_rank").get<int>();
+  node.rank_offset = place.at("rank_offset").get<int>();
+  node.world_size = place.at("world_size").get<int>();
   preferred_rank_ = node.group_rank;
   return node;
 }

@@ -39,6 +39,9 @@ class StoreRendezvous : public Rendezvous {
 
  private:
   NodeAssignment try_join(int round, std::chrono::steady_clock::time_point deadline, bool& late);
+  // The round's first joiner: orders the `closed` members and writes each one's place (or the
+  // round's configuration error) under round<R>/place/<join index>.
+  void assign_places(int round, int closed);
   void connect_with_retry(std::chrono::steady_clock::time_point deadline);
   // Rounds before `round` that ended in a failure rather than a membership change.
   int restarts_before(int round);

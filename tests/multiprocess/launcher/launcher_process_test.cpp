@@ -421,6 +421,28 @@ TEST(DdprunProcess, PreemptedNodeReportsItsWorkersAnswerOnEveryNode) {
       << node0.output();
 }
 
+TEST(DdprunProcess, TwoNodesClaimingOneNodeRankBothFailNamingIt) {
+  // The round's places are handed out by one agent: a conflict must still reach every node.
+  const int port = ddp::testing::free_tcp_port();
+  auto flags = [&](bool host) {
+    std::vector<std::string> f = {"--nnodes",         "2",
+                                  "--nproc-per-node", "1",
+                                  "--node-rank",      "1",
+                                  "--rdzv-backend",   "c10d",
+                                  "--rdzv-endpoint",  "127.0.0.1:" + std::to_string(port)};
+    if (host) f.insert(f.end(), {"--rdzv-conf", "is_host=true"});
+    return f;
+  };
+  ChildProcess a(cmd(flags(true), {kWorker}), {});
+  ChildProcess b(cmd(flags(false), {kWorker}), {});
+  EXPECT_EQ(a.wait(seconds(60)), ddp::exit_code::kConfig) << a.output();
+  EXPECT_EQ(b.wait(seconds(30)), ddp::exit_code::kConfig) << b.output();
+  for (const ChildProcess* p : {&a, &b}) {
+    EXPECT_NE(p->output().find("node rank 1 is claimed by two nodes"), std::string::npos)
+        << p->output();
+  }
+}
+
 TEST(DdprunProcess, WorkersDieWithASigkilledAgent) {
   ChildProcess run(cmd({"--standalone", "--nproc-per-node", "2"},
                        {kWorker, "--iterations", "100000", "--interval-ms", "20"}),
