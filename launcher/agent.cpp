@@ -15,6 +15,7 @@
 #include "ddp/log.h"
 #include "doctor.h"
 #include "failure_report.h"
+#include "heartbeat.h"
 #include "rendezvous.h"
 #include "store_rendezvous.h"
 #include "supervisor.h"
@@ -166,6 +167,10 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
       }
       RoundOutcome outcome = supervisor.supervise(node, rendezvous);
       if (outcome.kind == RoundOutcome::Kind::kSucceeded) {
+        try {  // this node stops beating: it finished, it is not lost (heartbeat.h)
+          rendezvous.beat(node.round, node.group_rank, HeartbeatMonitor::kFinished);
+        } catch (const ddp::StoreError&) {
+        }
         publish_timeline(rendezvous, node, supervisor.trace_dir(node.round));
         if (auto failure = rendezvous.finish(node.round, node.group_world_size)) {
           ddp::log::error("this node's workers finished, but the group failed: {}",
@@ -186,6 +191,9 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
         return ddp::exit_code::kRendezvous;
       }
       rendezvous.acknowledge_stop(node.round, outcome.kind == RoundOutcome::Kind::kInterrupted);
+      // A lost node will not acknowledge or read anything: the others do not wait for it.
+      const int answering = node.group_world_size -
+                            (outcome.root_cause && outcome.root_cause->kind == "lost" ? 1 : 0);
       const bool elastic = config.min_nodes < config.max_nodes;
       if (outcome.kind == RoundOutcome::Kind::kFailed && elastic &&
           outcome.root_cause->is_membership_change()) {
@@ -199,18 +207,18 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
         // This node is going away (its pod is being deleted): report and leave promptly.
         print_summary(*outcome.root_cause, error_file);
         write_error_file(error_file, *outcome.root_cause);
-        rendezvous.linger_until_stopped(node.round, node.group_world_size);
+        rendezvous.linger_until_stopped(node.round, answering);
         return outcome.exit_code;
       }
       if (node.restarts >= config.max_restarts) {
         const FailureReport root =
-            rendezvous.settle_failure(node.round, node.group_world_size, *outcome.root_cause);
+            rendezvous.settle_failure(node.round, answering, *outcome.root_cause);
         print_summary(root, error_file);
         write_error_file(error_file, root);
         if (config.max_restarts > 0) {
           ddp::log::error("no restarts left ({} used)", config.max_restarts);
         }
-        rendezvous.linger_until_settled(node.round, node.group_world_size);
+        rendezvous.linger_until_settled(node.round, answering);
         return root.exit_code;
       }
       print_summary(*outcome.root_cause, error_file);

@@ -72,8 +72,8 @@ const std::vector<FlagSpec>& flag_specs() {
       {"rdzv-id", "", true, "none", "Job id shared by all nodes; TORCHELASTIC_RUN_ID"},
       {"rdzv-conf", "", true, "",
        "KEY=VALUE,... : join_timeout (s, 600), last_call_timeout (s, 30), read_timeout (s, 60), "
-       "exit_barrier_timeout (s, 300), is_host (c10d), token_file (the job's join token; "
-       "DDPRUN_RDZV_TOKEN_FILE)"},
+       "exit_barrier_timeout (s, 300), keep_alive_interval (s, 5), keep_alive_max_attempt (3), "
+       "is_host (c10d), token_file (the job's join token; DDPRUN_RDZV_TOKEN_FILE)"},
       {"standalone", "", false, "",
        "Single node: a private store on a free port, random run id (implies --nnodes 1)"},
       {"max-restarts", "", true, "0", "Group restarts allowed after a worker failure"},

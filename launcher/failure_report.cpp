@@ -77,6 +77,10 @@ FailureReport FailureReport::from_json(const std::string& text) {
 
 std::string FailureReport::headline() const {
   std::ostringstream out;
+  if (kind == "lost") {
+    out << "node " << node_rank << " (" << hostname << ") was lost: " << message;
+    return out.str();
+  }
   if (kind == "membership") {
     out << "node " << node_rank << " (" << hostname << ") saw " << message;
     return out.str();

@@ -10,7 +10,8 @@ namespace ddprun {
 
 struct FailureReport {
   // "worker": a worker failed; "agent": an agent was stopped; "membership": nodes are waiting
-  // to join an elastic job below its maximum size.
+  // to join an elastic job below its maximum size; "lost": a node stopped sending heartbeats
+  // (heartbeat.h), named by node_rank and hostname.
   std::string kind = "worker";
   int node_rank = -1;
   std::string hostname;

@@ -170,6 +170,10 @@ void parse_rdzv_conf(const Sourced<std::string>& v, LaunchConfig& c) {
       c.rdzv.read_timeout = to_seconds(what, value, 0.001, 24 * 3600);
     } else if (key == "exit_barrier_timeout") {
       c.rdzv.exit_barrier_timeout = to_seconds(what, value, 0, 24 * 3600);
+    } else if (key == "keep_alive_interval") {
+      c.rdzv.keep_alive_interval = to_seconds(what, value, 0.01, 3600);
+    } else if (key == "keep_alive_max_attempt") {
+      c.rdzv.keep_alive_max_attempt = to_int({value, what}, 1, 1000);
     } else if (key == "is_host") {
       c.rdzv.is_host = ddp::env::parse_bool(what, value);
     } else if (key == "token_file") {

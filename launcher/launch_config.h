@@ -33,6 +33,11 @@ struct RendezvousSettings {
   std::chrono::milliseconds read_timeout = std::chrono::seconds(60);
   std::chrono::milliseconds exit_barrier_timeout = std::chrono::seconds(300);
   std::optional<bool> is_host;  // c10d: force hosting (true) or joining (false) the store
+  // Agents beat through the store every keep_alive_interval while their workers run; a node
+  // whose beat stops for keep_alive_max_attempt intervals is declared lost (torchrun's names
+  // and defaults: 5 s, 3).
+  std::chrono::milliseconds keep_alive_interval = std::chrono::seconds(5);
+  int keep_alive_max_attempt = 3;
   // The job's join token (from token_file= or DDPRUN_RDZV_TOKEN_FILE): agents present it, the
   // store admits other hosts only once they did. Empty: no check. Never logged.
   std::string token_file;

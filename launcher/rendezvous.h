@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "failure_report.h"
 #include "host_facts.h"
@@ -57,6 +58,12 @@ class Rendezvous {
   // node has acknowledged, and returns the round's final root cause — the same on every node —
   // or `fallback` when the store cannot tell.
   virtual FailureReport settle_failure(int round, int nodes, const FailureReport& fallback) = 0;
+  // Heartbeats (heartbeat.h): whether this agent serves the store (and so watches the others),
+  // this node's beat, every node's counter, and the host a group rank of the round runs on.
+  virtual bool hosts_store() const = 0;
+  virtual void beat(int round, int group_rank, int64_t delta) = 0;
+  virtual std::vector<int64_t> beats(int round, int nodes) = 0;
+  virtual std::string node_host(int round, int group_rank) = 0;
   // Nodes that arrived after `round` closed and wait for the next one (an elastic job's growth).
   virtual int nodes_waiting(int round) = 0;
   // Moves the job from `round` to the next one (idempotent across agents), whose NodeAssignment

@@ -66,6 +66,7 @@ bool RoundStateMachine::monitor_due(Clock::time_point now, bool any_worker_runni
 }
 
 void RoundStateMachine::other_node_failed(const FailureReport& failure, Clock::time_point now) {
+  if (failure.kind == "lost") node_lost_ = true;
   worker_failed(failure, now);  // the same transition: a worker of the group failed
 }
 
@@ -79,7 +80,7 @@ RoundAction RoundStateMachine::tick(Clock::time_point now) {
   if (state_ == RoundState::kStopPending && now >= signal_at_) {
     if (timing_.shutdown_timeout.count() == 0) stop_signal_ = SIGKILL;
     state_ = stop_signal_ == SIGKILL ? RoundState::kKilled : RoundState::kSignalled;
-    kill_at_ = now + timing_.shutdown_timeout;
+    kill_at_ = now + kill_after();
     return RoundAction::kSignalWorkers;
   }
   if (state_ == RoundState::kSignalled && now >= kill_at_) {
@@ -87,6 +88,11 @@ RoundAction RoundStateMachine::tick(Clock::time_point now) {
     return RoundAction::kKillWorkers;
   }
   return RoundAction::kNone;
+}
+
+std::chrono::milliseconds RoundStateMachine::kill_after() const {
+  return node_lost_ ? std::min(timing_.shutdown_timeout, timing_.lost_node_kill_after)
+                    : timing_.shutdown_timeout;
 }
 
 RoundStateMachine::Clock::time_point RoundStateMachine::next_wake() const {

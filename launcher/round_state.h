@@ -67,6 +67,9 @@ class RoundStateMachine {
     std::chrono::milliseconds consequence_grace = std::chrono::seconds(2);
     // After the last worker is reaped, how long to keep reading output still in the pipes.
     std::chrono::milliseconds drain_time = std::chrono::seconds(2);
+    // When a node was lost, from the stop signal to SIGKILL (at most shutdown_timeout): workers
+    // blocked in a collective with the lost node cannot finish a step or checkpoint.
+    std::chrono::milliseconds lost_node_kill_after = std::chrono::seconds(2);
   };
 
   RoundStateMachine(Timing timing, Clock::time_point now);
@@ -101,6 +104,8 @@ class RoundStateMachine {
   // --- Time -----------------------------------------------------------------------------------
   // The action due at `now` (the stop signal, or SIGKILL after the shutdown timeout).
   RoundAction tick(Clock::time_point now);
+  // From the stop signal to SIGKILL: the shutdown timeout, shorter when a node was lost.
+  std::chrono::milliseconds kill_after() const;
   // When the supervisor must wake up next, whatever happens on its pipes.
   Clock::time_point next_wake() const;
   // Whether the round is over: no worker runs, and the pipes are closed or drain_time has passed
@@ -129,6 +134,7 @@ class RoundStateMachine {
   Clock::time_point kill_at_{};
   Clock::time_point next_monitor_;
   std::optional<Clock::time_point> all_reaped_at_;
+  bool node_lost_ = false;
 };
 
 }  // namespace ddprun

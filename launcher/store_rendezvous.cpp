@@ -259,7 +259,16 @@ void StoreRendezvous::assign_places(int round, int closed) {
     places[static_cast<std::size_t>(m.join_index - 1)] =
         json{{"group_rank", g}, {"rank_offset", offset}, {"world_size", world_size}}.dump();
     offset += m.nproc;
+    // Each node's host, to name it if it is lost, and its heartbeat counter, so that the
+    // counters can be read at once (heartbeat.h).
+    place_keys.push_back(key(round, "node/" + std::to_string(g)));
+    places.push_back(m.host);
+    place_keys.push_back(key(round, "beat/" + std::to_string(g)));
+    places.push_back("0");
   }
+  // The places last: an agent that reads its place finds the rest written.
+  std::rotate(place_keys.begin(), place_keys.begin() + closed, place_keys.end());
+  std::rotate(places.begin(), places.begin() + closed, places.end());
   store_->multi_set(place_keys, places);
 }
 
@@ -397,6 +406,25 @@ FailureReport StoreRendezvous::settle_failure(int round, int nodes, const Failur
     ddp::log::warn("could not agree on the root cause with the other nodes: {}", e.what());
     return fallback;
   }
+}
+
+void StoreRendezvous::beat(int round, int group_rank, int64_t delta) {
+  store_->add(key(round, "beat/" + std::to_string(group_rank)), delta);
+}
+
+std::vector<int64_t> StoreRendezvous::beats(int round, int nodes) {
+  std::vector<std::string> keys;
+  for (int g = 0; g < nodes; ++g) keys.push_back(key(round, "beat/" + std::to_string(g)));
+  // The counters exist from assign_places on, so the read never waits for a key.
+  const std::vector<std::string> values = store_->multi_get(keys);
+  std::vector<int64_t> counts;
+  for (const auto& v : values) counts.push_back(v.empty() ? 0 : std::stoll(v));
+  return counts;
+}
+
+std::string StoreRendezvous::node_host(int round, int group_rank) {
+  const std::string k = key(round, "node/" + std::to_string(group_rank));
+  return store_->check({k}) ? store_->get(k) : "unknown host";
 }
 
 int StoreRendezvous::nodes_waiting(int round) {

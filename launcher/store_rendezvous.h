@@ -30,6 +30,10 @@ class StoreRendezvous : public Rendezvous {
   void revise_failure(int round, const FailureReport& before, const FailureReport& after) override;
   void acknowledge_stop(int round, bool leaving) override;
   FailureReport settle_failure(int round, int nodes, const FailureReport& fallback) override;
+  bool hosts_store() const override { return hosts_store_; }
+  void beat(int round, int group_rank, int64_t delta) override;
+  std::vector<int64_t> beats(int round, int nodes) override;
+  std::string node_host(int round, int group_rank) override;
   int nodes_waiting(int round) override;
   void advance(int round, int restarts) override;
   std::optional<FailureReport> finish(int round, int nodes) override;

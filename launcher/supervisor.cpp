@@ -11,9 +11,13 @@
 #include <memory>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "ddp/error.h"
+#include "ddp/exit_codes.h"
 #include "ddp/log.h"
 #include "hang_watch.h"
+#include "heartbeat.h"
 #include "round_state.h"
 #include "worker_output.h"
 #include "worker_process.h"
@@ -169,6 +173,10 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
   HangWatch hangs(rendezvous.round_store(node.round, "hang"), node.group_rank,
                   node.group_world_size, hostname_, std::move(watched), hang_options);
 
+  HeartbeatMonitor heartbeat(node.group_world_size, config_.rdzv.keep_alive_interval,
+                             config_.rdzv.keep_alive_max_attempt, Clock::now());
+  const bool watches_heartbeats = rendezvous.hosts_store() && node.group_world_size > 1;
+
   for (;;) {
     bool pipes_open = false;
     std::vector<pollfd> fds = {{inbox_.fd(), POLLIN, 0}};
@@ -255,10 +263,38 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
     const RoundAction due = round.tick(now);
     if (due == RoundAction::kKillWorkers) {
       ddp::log::warn("workers still running {:.1f} s after the stop signal: sending SIGKILL",
-                     config_.shutdown_timeout.count() / 1000.0);
+                     round.kill_after().count() / 1000.0);
     }
     act(due);
-    if (round.state() == RoundState::kRunning && any_running) hangs.tick(now);
+    if (round.state() == RoundState::kRunning && any_running) {
+      hangs.tick(now);
+      try {
+        if (node.group_world_size > 1 && heartbeat.beat_due(now)) {
+          rendezvous.beat(node.round, node.group_rank, 1);
+        }
+        if (watches_heartbeats && heartbeat.check_due(now)) {
+          const auto lost =
+              heartbeat.observe(rendezvous.beats(node.round, node.group_world_size), Clock::now());
+          if (!lost.empty()) {
+            FailureReport r = base_report();
+            r.kind = "lost";
+            r.node_rank = lost.front();
+            r.hostname = rendezvous.node_host(node.round, lost.front());
+            r.exit_code = ddp::exit_code::kComm;
+            r.message = fmt::format(
+                "no heartbeat for {:.1f} s: its pod vanished without closing its connections "
+                "(deleted, powered off, or cut off from the network)",
+                std::chrono::duration<double>(heartbeat.limit()).count());
+            const FailureReport root = publish(r);
+            ddp::log::error("{}; stopping this node's workers", root.headline());
+            round.other_node_failed(root, now);
+          }
+        }
+      } catch (const ddp::StoreError& e) {
+        ddp::log::error("lost the rendezvous store ({}); stopping this node's workers", e.what());
+        round.store_lost(e.what(), now);
+      }
+    }
     if (round.monitor_due(now, any_running)) {
       try {
         if (auto f = rendezvous.failure(node.round)) {

@@ -96,6 +96,21 @@ TEST_F(Round, SigkillFollowsAfterTheShutdownTimeout) {
   EXPECT_EQ(round.tick(t0 + 2 * kShutdown), RoundAction::kNone);
 }
 
+TEST_F(Round, ALostNodeStopsAtOnceAndKillsAfterTwoSeconds) {
+  // Workers blocked in a collective with a vanished node cannot finish a step: SIGKILL follows
+  // the stop signal after 2 s rather than the shutdown timeout.
+  FailureReport lost;
+  lost.kind = "lost";
+  lost.node_rank = 1;
+  lost.exit_code = ddp::exit_code::kComm;
+  round.other_node_failed(lost, t0);
+  ASSERT_EQ(round.tick(t0), RoundAction::kSignalWorkers);
+  EXPECT_EQ(round.stop_signal(), SIGTERM);
+  EXPECT_EQ(round.tick(t0 + 2s - 1ms), RoundAction::kNone);
+  EXPECT_EQ(round.tick(t0 + 2s), RoundAction::kKillWorkers);
+  EXPECT_EQ(round.outcome().root_cause->headline().rfind("node 1 (", 0), 0u);
+}
+
 TEST_F(Round, AZeroShutdownTimeoutKillsAtOnce) {
   RoundStateMachine hard({0ms, kMonitor}, t0);
   hard.worker_failed(worker_failure(1, 0), t0);

@@ -8,6 +8,9 @@
   shrink: both pods train; pod 1 is deleted (SIGTERM to its agent, as the kubelet does, then
           its namespace removed). Pod 0 must go on alone after the last call and finish, with
           --max-restarts 0.
+  vanish: both pods train; pod 1 drops off the network without a word (its link cut, its
+          processes left running). Pod 0 must declare it lost by its heartbeat (3 x 5 s),
+          naming it, restart alone with its one restart and finish; the time is printed.
 Each is compared with fixed-size runs (1 pod, 2 pods) of the same training: every round and its
 world size must show in the logs, and the test accuracy must be within the tolerance of the
 fixed run of the size the training began with (same learning-rate policy: the rate given is for
@@ -80,6 +83,19 @@ class Pods:
                 f.write("127.0.0.1 localhost\n" +
                         "".join(f"{self.ip(k)} pod-{k}\n" for k in range(self.count)))
         return self
+
+    def vanish(self, i):
+        """Pod i drops off the network without a word (its cable cut, its namespace's name
+        removed), its processes left running as on a node that lost power or was partitioned;
+        returns their PIDs, for the caller to kill afterwards."""
+        ns = self.ns(i)
+        pids = [int(p) for p in sh("ip", "netns", "pids", ns).stdout.split()]
+        self._must(["ip", "-n", f"{PREFIX}-br", "link", "del", f"p{i}"])
+        sh("ip", "netns", "del", ns)
+        shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
+        if ns in self.created:
+            self.created.remove(ns)
+        return pids
 
     def delete(self, i):
         ns = self.ns(i)
@@ -162,11 +178,12 @@ def accuracy(text):
     return float(found[-1]) if found else None
 
 
-def agent_args(ddprun, train_mnist, pods, ckpt, nnodes):
+def agent_args(ddprun, train_mnist, pods, ckpt, nnodes, restarts=0):
     return [ddprun, "--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"{pods.ip(0)}:29400", "--rdzv-id", "elastic",
             "--rdzv-conf", "last_call_timeout=1", "--monitor-interval", "0.1",
-            "--max-restarts", "0", train_mnist, "--checkpoint-dir", ckpt] + TRAIN_ARGS
+            "--max-restarts", str(restarts), train_mnist, "--checkpoint-dir", ckpt,
+            "--checkpoint-every", "20"] + TRAIN_ARGS
 
 
 def main():
@@ -186,8 +203,9 @@ def main():
     work = tempfile.mkdtemp(prefix="ddp-elastic-")
     agents = []
     try:
-        def start(pods, i, name, ckpt, nnodes):
-            a = Agent(pods, i, agent_args(args.ddprun, args.train_mnist, pods, ckpt, nnodes), work, name)
+        def start(pods, i, name, ckpt, nnodes, restarts=0):
+            a = Agent(pods, i, agent_args(args.ddprun, args.train_mnist, pods, ckpt, nnodes, restarts),
+                      work, name)
             agents.append(a)
             return a
 
@@ -255,6 +273,34 @@ def main():
             check(f"shrink: test accuracy within {args.tolerance} pt of the fixed 2-pod run",
                   shrunk is not None and fixed[2] is not None and abs(shrunk - fixed[2]) <= args.tolerance,
                   f"{shrunk} % against {fixed[2]} % (fixed 1-pod run: {fixed[1]} %)")
+
+        # vanish: pod 1 drops off the network mid-epoch with its processes still running. Its
+        # heartbeat stops; pod 0 must declare it lost (default keep-alive: 3 x 5 s), restart alone
+        # with its one restart and finish from the last checkpoint.
+        with Pods(2) as pods:
+            ckpt = os.path.join(work, "vanish")
+            first = start(pods, 0, "vanish-pod0", ckpt, "1:2", restarts=1)
+            start(pods, 1, "vanish-pod1", ckpt, "1:2", restarts=1)
+            together = first.wait_for(r"epoch 1/3 step 60/", 180)
+            check("vanish: both pods train as one group of 2 nodes", together, first.output()[-300:])
+            stranded = pods.vanish(1)
+            cut = time.monotonic()
+            declared = first.wait_for(r"node 1 \(pod-1\) was lost: no heartbeat for 15.0 s", 120)
+            noticed = time.monotonic() - cut
+            code = first.wait(300)
+            for pid in stranded:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            out0 = first.output()
+            check("vanish: pod 0 declares pod 1 lost by its heartbeat, naming it",
+                  declared and "root cause (first failure): node 1 (pod-1) was lost" in out0,
+                  f"after {noticed:.1f} s: {out0[-500:]}")
+            print(f"vanish: pod 1 was declared lost {noticed:.1f} s after its link was cut", flush=True)
+            check("vanish: pod 0 restarts alone (its one restart) and finishes",
+                  code == 0 and "restarting the group: restart 1 of 1" in out0
+                  and "round 1: node 0 of 1, ranks 0..0 of 1" in out0, f"exit {code}: {out0[-500:]}")
     finally:
         for a in agents:
             a.close()

@@ -301,6 +301,38 @@ TEST(DdprunProcess, SigkilledWorkerStopsEveryNodeWithTheSignalCode) {
   EXPECT_TRUE(wait_all_dead(all, seconds(10)));
 }
 
+TEST(DdprunProcess, ASilentNodeIsDeclaredLostByItsHeartbeatAndNamed) {
+  // Node 1's agent and workers stop without closing a socket (SIGSTOP: as a node that loses
+  // power or its network). Node 0 must not wait for the collective timeout: node 1's heartbeat
+  // stops, node 0 names it as the root cause and exits with 70 within seconds.
+  const int port = ddp::testing::free_tcp_port();
+  const std::vector<std::string> worker = {kWorker, "--iterations", "100000", "--interval-ms",
+                                           "20"};
+  auto flags0 = node_flags(0, port, 1);
+  auto flags1 = node_flags(1, port, 1);
+  for (auto* f : {&flags0, &flags1}) {
+    f->insert(f->end(), {"--rdzv-conf", "keep_alive_interval=0.3,keep_alive_max_attempt=3"});
+  }
+  ChildProcess node0(cmd(flags0, worker), {{"DDP_TIMEOUT_SEC", "600"}});
+  ChildProcess node1(cmd(flags1, worker), {{"DDP_TIMEOUT_SEC", "600"}});
+  ASSERT_TRUE(node1.wait_for_output("first_allreduce", seconds(90))) << node1.output();
+  ASSERT_TRUE(node0.wait_for_output("first_allreduce", seconds(30))) << node0.output();
+  const std::vector<pid_t> silent = {node1.pid(), printed_pids(node1.output()).at(0)};
+  for (pid_t p : silent) ASSERT_EQ(kill(p, SIGSTOP), 0);
+  const auto start = std::chrono::steady_clock::now();
+  const auto code = node0.wait(seconds(60));
+  const auto took = std::chrono::steady_clock::now() - start;
+  for (pid_t p : silent) kill(p, SIGKILL);
+  EXPECT_EQ(code, ddp::exit_code::kComm) << node0.output();
+  // 0.9 s of silence, 2 s to SIGKILL the blocked worker, no wait for the lost node's answer.
+  EXPECT_LT(took, seconds(20)) << node0.output();
+  EXPECT_NE(node0.output().find("root cause (first failure): node 1 ("), std::string::npos)
+      << node0.output();
+  EXPECT_NE(node0.output().find("was lost: no heartbeat for 0.9 s"), std::string::npos)
+      << node0.output();
+  EXPECT_TRUE(wait_all_dead(printed_pids(node0.output()), seconds(10)));
+}
+
 TEST(DdprunProcess, WorkerExitCodeReachesEveryNodeAndTheErrorFile) {
   const int port = ddp::testing::free_tcp_port();
   TempDir dir;

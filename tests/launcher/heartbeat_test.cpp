@@ -1,0 +1,52 @@
+// Node liveness from heartbeat counters (launcher/heartbeat.h), on a clock the test moves by hand.
+#include "heartbeat.h"
+
+#include <gtest/gtest.h>
+
+namespace ddprun {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = HeartbeatMonitor::Clock;
+
+TEST(Heartbeat, BeatsAndChecksOncePerInterval) {
+  const Clock::time_point t0 = Clock::now();
+  HeartbeatMonitor h(3, 5s, 3, t0);
+  EXPECT_TRUE(h.beat_due(t0));  // at once: the counter exists before the first check
+  EXPECT_FALSE(h.beat_due(t0 + 4s));
+  EXPECT_TRUE(h.beat_due(t0 + 5s));
+  EXPECT_FALSE(h.check_due(t0 + 4s));
+  EXPECT_TRUE(h.check_due(t0 + 5s));
+  EXPECT_FALSE(h.check_due(t0 + 6s));
+  EXPECT_EQ(h.limit(), 15s);
+}
+
+TEST(Heartbeat, ANodeWhoseCounterStopsIsLostAfterTheLimitOnce) {
+  const Clock::time_point t0 = Clock::now();
+  HeartbeatMonitor h(3, 5s, 3, t0);
+  EXPECT_TRUE(h.observe({1, 1, 1}, t0 + 5s).empty());
+  EXPECT_TRUE(h.observe({2, 2, 1}, t0 + 10s).empty());
+  EXPECT_TRUE(h.observe({3, 3, 1}, t0 + 15s).empty());             // node 2 silent for 10 s
+  EXPECT_EQ(h.observe({4, 4, 1}, t0 + 20s), std::vector<int>{2});  // 15 s: lost
+  EXPECT_TRUE(h.observe({5, 5, 1}, t0 + 25s).empty());             // named once
+}
+
+TEST(Heartbeat, ANodeThatFinishedIsNeverLost) {
+  const Clock::time_point t0 = Clock::now();
+  HeartbeatMonitor h(2, 1s, 2, t0);
+  const int64_t done = 7 + HeartbeatMonitor::kFinished;
+  for (int s = 1; s <= 10; ++s) {
+    EXPECT_TRUE(h.observe({s, done}, t0 + std::chrono::seconds(s)).empty()) << s;
+  }
+}
+
+TEST(Heartbeat, ANodeThatNeverBeatsIsLostFromTheFirstLook) {
+  const Clock::time_point t0 = Clock::now();
+  HeartbeatMonitor h(2, 1s, 3, t0);
+  EXPECT_TRUE(h.observe({1}, t0 + 1s).empty());  // node 1's counter missing: 0
+  EXPECT_TRUE(h.observe({2}, t0 + 3s).empty());
+  EXPECT_EQ(h.observe({3}, t0 + 4s), std::vector<int>{1});
+}
+
+}  // namespace
+}  // namespace ddprun
