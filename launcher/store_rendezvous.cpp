@@ -31,9 +31,10 @@ using std::chrono::milliseconds;
 
 constexpr auto kFirstProgress = std::chrono::seconds(2);
 constexpr auto kProgressEvery = std::chrono::seconds(10);
-// How long an agent waits for the round's first joiner to hand out the places before it
-// computes them itself (the same ones).
+// If the round's first joiner does not hand out the places, joiners 2..kStandIns+1 do, each
+// kPlacesWait after the previous one.
 constexpr auto kPlacesWait = std::chrono::seconds(2);
+constexpr int kStandIns = 3;
 constexpr auto kReleaseWait = std::chrono::seconds(30);
 
 double seconds_of(Clock::duration d) {
@@ -266,10 +267,7 @@ void StoreRendezvous::assign_places(int round, int closed) {
     place_keys.push_back(key(round, "beat/" + std::to_string(g)));
     places.push_back("0");
   }
-  // The places last: an agent that reads its place finds the rest written.
-  std::rotate(place_keys.begin(), place_keys.begin() + closed, place_keys.end());
-  std::rotate(places.begin(), places.begin() + closed, places.end());
-  store_->multi_set(place_keys, places);
+  store_->multi_set(place_keys, places);  // one request: no agent sees half of it
 }
 
 NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, bool& late) {
@@ -321,18 +319,26 @@ NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, 
 
   // The round's first joiner orders the members and hands each its place; every other agent
   // reads its own key. So a round of N nodes costs the store O(N) requests, not N² reads of
-  // every member by every agent.
-  // The places follow from the members alone, so an agent that waits too long (the first one
-  // died or stalls) writes the same ones itself.
+  // every member by every agent. The places follow from the members alone: should the first
+  // joiner stall or die, the next three write the same ones, 2, 4 and 6 s later (not all of
+  // them, which would be N² again).
   if (index == 1) assign_places(round, closed);
   const std::string place_key = key(round, "place/" + std::to_string(index));
-  const auto give_up_waiting = Clock::now() + kPlacesWait;
+  auto stand_in_at = Clock::time_point::max();
+  if (index > 1 && index <= kStandIns + 1) stand_in_at = Clock::now() + kPlacesWait * (index - 1);
   auto wait = milliseconds(1);
   while (!store_->check({place_key})) {
     poll_interrupt_();
-    if (Clock::now() >= give_up_waiting) {
+    const auto now = Clock::now();
+    if (now >= stand_in_at) {
+      stand_in_at = Clock::time_point::max();
       assign_places(round, closed);
       continue;
+    }
+    if (now >= deadline) {
+      throw ddp::StoreError("round " + std::to_string(round) +
+                            " closed, but no node handed out the places within the join "
+                            "timeout; did its first nodes exit during the rendezvous?");
     }
     std::this_thread::sleep_for(wait);
     wait = std::min(wait * 2, milliseconds(20));
