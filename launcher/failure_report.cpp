@@ -31,7 +31,7 @@ bool FailureReport::is_consequence() const {
 }
 
 bool FailureReport::is_membership_change() const {
-  return kind == "membership" || (kind == "agent" && signal != 0);
+  return kind == "membership" || kind == "lost" || (kind == "agent" && signal != 0);
 }
 
 std::string FailureReport::to_json() const {

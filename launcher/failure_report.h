@@ -29,10 +29,10 @@ struct FailureReport {
   // A worker that exited with ddp::exit_code::kComm: a collective failed, usually because a
   // peer died first. Such a report yields the root cause to another failure of its round.
   bool is_consequence() const;
-  // A node joining (kind "membership") or leaving because it was asked to stop (an agent that got
-  // a signal: the pod is being deleted or preempted). In an elastic job (--nnodes MIN:MAX) such a
-  // round ends without a failure: the group moves to the next round with the nodes it then has,
-  // and no restart is used.
+  // A node joining (kind "membership"), leaving because it was asked to stop (an agent that got
+  // a signal: the pod is being deleted or preempted), or lost (kind "lost": its heartbeat
+  // stopped). In an elastic job (--nnodes MIN:MAX) such a round ends without a failure: the group
+  // moves to the next round with the nodes it then has, and no restart is used.
   bool is_membership_change() const;
 
   std::string to_json() const;
