@@ -234,6 +234,23 @@ def main():
             code = None
         check("wrapper: SIGTERM reaches the training, whose exit code (75) passes through",
               first.strip() == "started" and code == 75, f"exit {code}; {out!r} {err!r}")
+        # A SIGTERM at the wrapper's start, perhaps before it knows the training's PID, must not
+        # be lost (the training would then run on): tried a few times to meet that moment.
+        lost = []
+        for attempt in range(5):
+            proc = subprocess.Popen([*export, "--checkpoint-dir", ckpt, "--to", f"s3://{BUCKET}/run-5", "--",
+                                     "sleep", "60"], env=env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            time.sleep(0.02 * attempt)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                lost.append(attempt)
+        check("wrapper: a SIGTERM as it starts is passed on, not lost", not lost,
+              f"the training ran on after attempts {lost}")
 
         # ---- failures: one line, cause and fix, non-zero, quickly ----------------------------
         empty = os.path.join(work, "empty")
