@@ -176,6 +176,29 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
   HeartbeatMonitor heartbeat(node.group_world_size, config_.rdzv.keep_alive_interval,
                              config_.rdzv.keep_alive_max_attempt, Clock::now());
   const bool watches_heartbeats = rendezvous.hosts_store() && node.group_world_size > 1;
+  // Heartbeats (heartbeat.h): this node's beat, and on the store's agent the others' check.
+  const auto watch_heartbeats = [&](Clock::time_point now, bool any_running) {
+    if (round.state() != RoundState::kRunning || !any_running) return;
+    if (node.group_world_size > 1 && heartbeat.beat_due(now)) {
+      rendezvous.beat(node.round, node.group_rank, 1);
+    }
+    if (!watches_heartbeats || !heartbeat.check_due(now)) return;
+    const auto lost =
+        heartbeat.observe(rendezvous.beats(node.round, node.group_world_size), Clock::now());
+    if (lost.empty()) return;
+    FailureReport r = base_report();
+    r.kind = "lost";
+    r.node_rank = lost.front();
+    r.hostname = rendezvous.node_host(node.round, lost.front());
+    r.exit_code = ddp::exit_code::kComm;
+    r.message = fmt::format(
+        "no heartbeat for {:.1f} s: its pod vanished without closing its connections "
+        "(deleted, powered off, or cut off from the network)",
+        std::chrono::duration<double>(heartbeat.limit()).count());
+    const FailureReport root = publish(r);
+    ddp::log::error("{}; stopping this node's workers", root.headline());
+    round.other_node_failed(root, now);
+  };
 
   for (;;) {
     bool pipes_open = false;
@@ -266,37 +289,10 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
                      round.kill_after().count() / 1000.0);
     }
     act(due);
-    if (round.state() == RoundState::kRunning && any_running) {
-      hangs.tick(now);
-      try {
-        if (node.group_world_size > 1 && heartbeat.beat_due(now)) {
-          rendezvous.beat(node.round, node.group_rank, 1);
-        }
-        if (watches_heartbeats && heartbeat.check_due(now)) {
-          const auto lost =
-              heartbeat.observe(rendezvous.beats(node.round, node.group_world_size), Clock::now());
-          if (!lost.empty()) {
-            FailureReport r = base_report();
-            r.kind = "lost";
-            r.node_rank = lost.front();
-            r.hostname = rendezvous.node_host(node.round, lost.front());
-            r.exit_code = ddp::exit_code::kComm;
-            r.message = fmt::format(
-                "no heartbeat for {:.1f} s: its pod vanished without closing its connections "
-                "(deleted, powered off, or cut off from the network)",
-                std::chrono::duration<double>(heartbeat.limit()).count());
-            const FailureReport root = publish(r);
-            ddp::log::error("{}; stopping this node's workers", root.headline());
-            round.other_node_failed(root, now);
-          }
-        }
-      } catch (const ddp::StoreError& e) {
-        ddp::log::error("lost the rendezvous store ({}); stopping this node's workers", e.what());
-        round.store_lost(e.what(), now);
-      }
-    }
-    if (round.monitor_due(now, any_running)) {
-      try {
+    if (round.state() == RoundState::kRunning && any_running) hangs.tick(now);
+    try {
+      watch_heartbeats(now, any_running);
+      if (round.monitor_due(now, any_running)) {
         if (auto f = rendezvous.failure(node.round)) {
           if (elastic && f->is_membership_change()) {
             ddp::log::info("stopping this node's workers for the next round: {}", f->headline());
@@ -317,10 +313,10 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
             round.other_node_failed(first, now);
           }
         }
-      } catch (const ddp::StoreError& e) {
-        ddp::log::error("lost the rendezvous store ({}); stopping this node's workers", e.what());
-        round.store_lost(e.what(), now);
       }
+    } catch (const ddp::StoreError& e) {
+      ddp::log::error("lost the rendezvous store ({}); stopping this node's workers", e.what());
+      round.store_lost(e.what(), now);
     }
   }
 

@@ -119,18 +119,17 @@ DataLoader::DataLoader(ImageDataset dataset, DistributedSampler sampler, LoaderO
 
 DataLoader::~DataLoader() = default;
 
-int64_t DataLoader::batches_per_epoch() const {
-  const int64_t n = sampler_.num_samples();
-  return options_.drop_last ? n / options_.batch_size
-                            : (n + options_.batch_size - 1) / options_.batch_size;
+int64_t DataLoader::batches_of(int64_t samples) const {
+  return options_.drop_last ? samples / options_.batch_size
+                            : (samples + options_.batch_size - 1) / options_.batch_size;
 }
+
+int64_t DataLoader::batches_per_epoch() const { return batches_of(sampler_.num_samples()); }
 
 int64_t DataLoader::batches_from(int64_t offset) const {
   DistributedSampler sampler = sampler_;
   sampler.set_offset(offset);
-  const int64_t n = sampler.num_samples();
-  return options_.drop_last ? n / options_.batch_size
-                            : (n + options_.batch_size - 1) / options_.batch_size;
+  return batches_of(sampler.num_samples());
 }
 
 void DataLoader::start_epoch(int64_t epoch, int64_t first_batch, int64_t offset) {

@@ -48,6 +48,18 @@ def sh(*cmd):
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
+def netns_pids(ns):
+    return [int(p) for p in sh("ip", "netns", "pids", ns).stdout.split()]
+
+
+def kill_all(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 class Pods:
     """Network namespaces PREFIX-pod<i> on a bridge in PREFIX-br; removed on exit."""
 
@@ -90,36 +102,26 @@ class Pods:
         removed), its processes left running as on a node that lost power or was partitioned;
         returns their PIDs, for the caller to kill afterwards."""
         ns = self.ns(i)
-        pids = [int(p) for p in sh("ip", "netns", "pids", ns).stdout.split()]
+        pids = netns_pids(ns)
         self._must(["ip", "-n", f"{PREFIX}-br", "link", "del", f"p{i}"])
-        sh("ip", "netns", "del", ns)
-        shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
-        if ns in self.created:
-            self.created.remove(ns)
+        self._remove(ns)
         return pids
 
     def delete(self, i):
-        ns = self.ns(i)
-        for pid in sh("ip", "netns", "pids", ns).stdout.split():
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_all(netns_pids(self.ns(i)))
+        self._remove(self.ns(i))
+
+    def __exit__(self, *exc):
+        for ns in reversed(list(self.created)):
+            kill_all(netns_pids(ns))
+            self._remove(ns)
+        return False
+
+    def _remove(self, ns):
         sh("ip", "netns", "del", ns)
         shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
         if ns in self.created:
             self.created.remove(ns)
-
-    def __exit__(self, *exc):
-        for ns in reversed(list(self.created)):
-            for pid in sh("ip", "netns", "pids", ns).stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            sh("ip", "netns", "del", ns)
-            shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
-        return False
 
     def _add(self, ns):
         self._must(["ip", "netns", "add", ns])
@@ -289,11 +291,7 @@ def main():
             declared = first.wait_for(r"node 1 \(pod-1\) was lost: no heartbeat for 15.0 s", 120)
             noticed = time.monotonic() - cut
             code = first.wait(300)
-            for pid in stranded:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            kill_all(stranded)
             out0 = first.output()
             check("vanish: pod 0 declares pod 1 lost by its heartbeat, naming it",
                   declared and "round 0 ended for a change of members (node 1 (pod-1) was lost" in out0,

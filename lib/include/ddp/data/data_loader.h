@@ -62,6 +62,8 @@ class DataLoader {
   struct Prefetcher;
 
   Batch build(const std::vector<int64_t>& order, int64_t epoch, int64_t batch_index) const;
+  // The batches `samples` per-rank samples make (the last one partial unless drop_last).
+  int64_t batches_of(int64_t samples) const;
 
   ImageDataset dataset_;
   DistributedSampler sampler_;
