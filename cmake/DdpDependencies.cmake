@@ -7,6 +7,12 @@ find_package(ZLIB REQUIRED)
 find_package(cxxopts REQUIRED)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)  # header-only, never a public dependency
+# The etcd store backend (lib/src/store/etcd_backend.cpp) loads libcurl at run time (dlopen of
+# libcurl.so.4), so that ddprun stays glibc-only: building needs curl's header alone.
+find_path(DDP_CURL_INCLUDE_DIR curl/curl.h)
+if(NOT DDP_CURL_INCLUDE_DIR)
+  message(FATAL_ERROR "curl/curl.h not found: install libcurl4-openssl-dev (scripts/install-deps)")
+endif()
 if(DDP_WITH_FABRIC)
   find_package(PkgConfig REQUIRED)
   pkg_check_modules(LIBFABRIC REQUIRED IMPORTED_TARGET libfabric)

@@ -46,6 +46,9 @@ void add_training_flags(cxxopts::Options& options, const TrainingDefaults& d) {
     ("step-gamma", "step schedule: decay factor", cxxopts::value<double>()->default_value("0.1"))
     ("seed", "Seed of initial weights, data order, augmentation and dropout",
      cxxopts::value<uint64_t>()->default_value("0"))
+    ("keep-global-batch", "After resuming with fewer ranks (an elastic job that shrank), keep "
+     "the starting world's global batch by gradient accumulation instead of scaling the "
+     "learning rate down")
     ("bf16", "bfloat16 mixed precision (CPU autocast, channels-last)",
      cxxopts::value<bool>()->default_value("false"))
     ("threads", "Intra-op threads per rank (default: OMP_NUM_THREADS or all cores)",
@@ -93,6 +96,7 @@ ddp::train::TrainerOptions trainer_options_from(const cxxopts::ParseResult& f) {
   o.data.prefetch = f["prefetch"].as<int>();
   o.data.transform.random_crop_flip = f["augment"].as<bool>();
   o.bf16 = f["bf16"].as<bool>();
+  o.keep_global_batch = f.count("keep-global-batch") > 0;
   o.data.transform.channels_last = o.bf16;
   o.optimizer.name = f["optimizer"].as<std::string>();
   o.optimizer.lr = f["lr"].as<double>();

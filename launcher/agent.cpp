@@ -186,8 +186,7 @@ int run_agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& e
         }
       }
       if (outcome.kind == RoundOutcome::Kind::kStoreLost) {
-        ddp::log::error("the rendezvous store at {}:{} stopped answering (did node 0 exit?)",
-                        rendezvous.store_host(), rendezvous.store_port());
+        ddp::log::error("the rendezvous store stopped answering: {}", outcome.detail);
         return ddp::exit_code::kRendezvous;
       }
       rendezvous.acknowledge_stop(node.round, outcome.kind == RoundOutcome::Kind::kInterrupted);

@@ -56,7 +56,7 @@ cxxopts::Options make_options() {
 const std::vector<FlagSpec>& flag_specs() {
   static const std::vector<FlagSpec> specs = {
       {"nnodes", "", true, "1:1",
-       "Number of nodes, N or MIN:MAX (an elastic range needs --rdzv-backend c10d)"},
+       "Number of nodes, N or MIN:MAX (an elastic range needs --rdzv-backend c10d or etcd-v2)"},
       {"nproc-per-node", "", true, "1",
        "Workers per node: a number, 'cpu' (usable CPUs), 'gpu' (GPUs) or 'auto' (GPUs, else "
        "CPUs)"},
@@ -64,16 +64,20 @@ const std::vector<FlagSpec>& flag_specs() {
        "Rank of this node in [0, nnodes); defaults from Kubernetes when running in a pod"},
       {"master-addr", "", true, "127.0.0.1",
        "Host of the node-rank-0 agent, which serves the store (static rendezvous)"},
-      {"master-port", "", true, "29500", "Port of the node-rank-0 agent's store"},
+      {"master-port", "", true, "29500",
+       "Port of the node-rank-0 agent's store (etcd-v2: of the workers' store; default a free "
+       "port)"},
       {"rdzv-backend", "", true, "static",
-       "'static' (node 0 serves the store at master-addr:master-port) or 'c10d' (the store "
-       "at --rdzv-endpoint)"},
-      {"rdzv-endpoint", "", true, "", "HOST[:PORT] of the c10d rendezvous store (port 29400)"},
+       "'static' (node 0 serves the store at master-addr:master-port), 'c10d' (the store "
+       "at --rdzv-endpoint) or 'etcd-v2' (an etcd cluster at --rdzv-endpoint; 'etcd' too)"},
+      {"rdzv-endpoint", "", true, "",
+       "HOST[:PORT] of the c10d rendezvous store (port 29400) or of etcd (port 2379)"},
       {"rdzv-id", "", true, "none", "Job id shared by all nodes; TORCHELASTIC_RUN_ID"},
       {"rdzv-conf", "", true, "",
        "KEY=VALUE,... : join_timeout (s, 600), last_call_timeout (s, 30), read_timeout (s, 60), "
        "exit_barrier_timeout (s, 300), keep_alive_interval (s, 5), keep_alive_max_attempt (3), "
-       "is_host (c10d), token_file (the job's join token; DDPRUN_RDZV_TOKEN_FILE)"},
+       "is_host (c10d), token_file (the job's join token; DDPRUN_RDZV_TOKEN_FILE); etcd: "
+       "etcd_prefix (/ddprun), protocol (http|https), cacert, cert, key"},
       {"standalone", "", false, "",
        "Single node: a private store on a free port, random run id (implies --nnodes 1)"},
       {"max-restarts", "", true, "0", "Group restarts allowed after a worker failure"},

@@ -19,6 +19,7 @@ namespace {
 using ddp::ConfigError;
 constexpr long kMaxNodes = 1 << 20;
 constexpr int kDefaultC10dPort = 29400;
+constexpr int kDefaultEtcdPort = 2379;
 
 std::optional<std::string> env_value(const EnvMap& env, const std::string& name) {
   auto it = env.find(name);
@@ -178,6 +179,22 @@ void parse_rdzv_conf(const Sourced<std::string>& v, LaunchConfig& c) {
       c.rdzv.is_host = ddp::env::parse_bool(what, value);
     } else if (key == "token_file") {
       c.rdzv.token_file = value;
+    } else if (key == "etcd_prefix") {
+      if (value.empty() || value.front() != '/') {
+        throw ConfigError(what + "='" + value + "' must start with '/', e.g. /torchelastic/p2p");
+      }
+      c.rdzv.etcd_prefix = value;
+    } else if (key == "protocol") {
+      if (value != "http" && value != "https") {
+        throw ConfigError(what + "='" + value + "' is not http or https");
+      }
+      c.rdzv.etcd_protocol = value;
+    } else if (key == "cacert") {
+      c.rdzv.etcd_cacert = value;
+    } else if (key == "cert") {
+      c.rdzv.etcd_cert = value;
+    } else if (key == "key") {
+      c.rdzv.etcd_key = value;
     } else {
       c.notices.push_back(v.source + ": ignoring rendezvous option '" + key + "'");
     }
@@ -325,7 +342,7 @@ PodPlacement resolve_node_count(const CommandLine& cli, const EnvMap& env, const
   return pod;
 }
 
-// static or c10d (the store's protocol either way); an elastic range needs c10d.
+// static or c10d (the store's protocol either way), or etcd; an elastic range needs c10d or etcd.
 void resolve_rendezvous_backend(const CommandLine& cli, const EnvMap& env, LaunchConfig& c) {
   const auto backend = pick(cli, env, "rdzv-backend");
   if (c.standalone) {
@@ -334,16 +351,23 @@ void resolve_rendezvous_backend(const CommandLine& cli, const EnvMap& env, Launc
     c.rdzv_backend = RdzvBackend::kStatic;
   } else if (backend->value == "c10d") {
     c.rdzv_backend = RdzvBackend::kC10d;
+  } else if (backend->value == "etcd-v2" || backend->value == "etcd") {
+    // torchrun's two names; both are etcd's v3 API here (etcd 3.4 and newer).
+    c.rdzv_backend = RdzvBackend::kEtcd;
+    if (!pick(cli, env, "rdzv-endpoint")) {
+      throw ConfigError(backend->source + "=" + backend->value +
+                        " needs --rdzv-endpoint HOST[:PORT] naming the etcd cluster (e.g. "
+                        "etcd-service:2379)");
+    }
   } else {
     throw ConfigError(backend->source + "='" + backend->value +
-                      "' is not supported; use 'c10d' or 'static' (the etcd backends are not "
-                      "implemented)");
+                      "' is not supported; use 'c10d', 'etcd-v2' or 'static'");
   }
   if (c.rdzv_backend == RdzvBackend::kStatic && c.min_nodes != c.max_nodes) {
     throw ConfigError(c.nnodes_source + "=" + std::to_string(c.min_nodes) + ":" +
                       std::to_string(c.max_nodes) +
                       " is an elastic range, which the static rendezvous cannot do; add "
-                      "--rdzv-backend c10d or give one node count");
+                      "--rdzv-backend c10d (or etcd-v2) or give one node count");
   }
 }
 
@@ -394,9 +418,15 @@ void resolve_store_endpoint(const CommandLine& cli, const EnvMap& env, const Pod
   } else {
     const auto endpoint = pick(cli, env, "rdzv-endpoint");
     if (endpoint) {
-      parse_endpoint(*endpoint, c.rdzv_backend == RdzvBackend::kC10d ? kDefaultC10dPort : 29500,
-                     c.store_host, c.store_port);
+      const int default_port = c.rdzv_backend == RdzvBackend::kC10d   ? kDefaultC10dPort
+                               : c.rdzv_backend == RdzvBackend::kEtcd ? kDefaultEtcdPort
+                                                                      : 29500;
+      parse_endpoint(*endpoint, default_port, c.store_host, c.store_port);
       c.store_source = endpoint->source;
+      if (c.rdzv_backend == RdzvBackend::kEtcd) {
+        if (auto port = pick(cli, env, "master-port"))
+          c.worker_store_port = to_int(*port, 1, 65535);
+      }
     } else {
       if (auto addr = pick(cli, env, "master-addr")) {
         c.store_host = addr->value;
@@ -512,9 +542,11 @@ std::string LaunchConfig::describe() const {
       << " (rank from " << node_rank_source << ", count from " << nnodes_source;
   if (!platform.empty()) out << "; " << platform;
   out << "), " << nproc_per_node << " worker" << (nproc_per_node == 1 ? "" : "s") << " per node, "
-      << (rdzv_backend == RdzvBackend::kStatic ? "static" : "c10d") << " rendezvous at "
-      << store_host << ":" << store_port << " (from " << store_source << "), run id '" << run_id
-      << "', max restarts " << max_restarts << ":";
+      << (rdzv_backend == RdzvBackend::kStatic ? "static"
+          : rdzv_backend == RdzvBackend::kC10d ? "c10d"
+                                               : "etcd-v2")
+      << " rendezvous at " << store_host << ":" << store_port << " (from " << store_source
+      << "), run id '" << run_id << "', max restarts " << max_restarts << ":";
   if (doctor) out << " doctor (the program is not run)";
   if (preflight) out << " doctor, then";
   if (!doctor) {

@@ -16,7 +16,9 @@
 
 namespace ddprun {
 
-enum class RdzvBackend { kStatic, kC10d };
+// static: node 0's agent serves the store; c10d: the endpoint's agent serves it; etcd: an etcd
+// cluster at the endpoint holds the rendezvous, and each round's node 0 serves its workers' store.
+enum class RdzvBackend { kStatic, kC10d, kEtcd };
 
 // Which of a worker's output streams a setting applies to: bit 1 stdout, bit 2 stderr.
 enum StreamBits : unsigned { kNoStreams = 0, kStdout = 1, kStderr = 2, kBothStreams = 3 };
@@ -42,6 +44,10 @@ struct RendezvousSettings {
   // store admits other hosts only once they did. Empty: no check. Never logged.
   std::string token_file;
   std::string join_token;
+  // etcd (torchrun's rdzv-conf keys): where the job's keys live, and TLS.
+  std::string etcd_prefix = "/ddprun";
+  std::string etcd_protocol = "http";
+  std::string etcd_cacert, etcd_cert, etcd_key;
 };
 
 struct LaunchConfig {
@@ -53,6 +59,9 @@ struct LaunchConfig {
   RdzvBackend rdzv_backend = RdzvBackend::kStatic;
   std::string store_host = "127.0.0.1";  // the agent store every agent and worker connects to
   int store_port = 29500;                // 0 with --standalone: a free port
+  // etcd: store_host:store_port is etcd; the round's node 0 serves its workers' store on this
+  // port (--master-port; 0: a free one).
+  int worker_store_port = 0;
   bool standalone = false;
   std::string run_id = "none";
   RendezvousSettings rdzv;

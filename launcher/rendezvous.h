@@ -15,6 +15,7 @@
 // a membership change (a "membership" record in place of a failure), as they do when a node
 // leaves because it was signalled. The next round then closes with the nodes present, and
 // --max-restarts counts only the rounds that ended in a failure (NodeAssignment::restarts).
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,9 +59,12 @@ class Rendezvous {
   // node has acknowledged, and returns the round's final root cause — the same on every node —
   // or `fallback` when the store cannot tell.
   virtual FailureReport settle_failure(int round, int nodes, const FailureReport& fallback) = 0;
-  // Heartbeats (heartbeat.h): whether this agent serves the store (and so watches the others),
+  // Heartbeats (heartbeat.h): whether this agent watches the others (the store's host does),
   // this node's beat, every node's counter, and the host a group rank of the round runs on.
-  virtual bool hosts_store() const = 0;
+  virtual bool watches_heartbeats() const = 0;
+  // The shortest --monitor-interval worth asking the store at: 0 for an agent's store, more for
+  // etcd, which every agent's looks would load (StoreRendezvous::poll_cap).
+  virtual std::chrono::milliseconds monitor_floor() const = 0;
   virtual void beat(int round, int group_rank, int64_t delta) = 0;
   virtual std::vector<int64_t> beats(int round, int nodes) = 0;
   virtual std::string node_host(int round, int group_rank) = 0;
@@ -79,6 +83,9 @@ class Rendezvous {
   virtual void linger_until_stopped(int round, int nodes) = 0;
   // The round's keys under `topic` (e.g. the hang diagnosis's, hang_watch.h).
   virtual std::shared_ptr<ddp::Store> round_store(int round, const std::string& topic) = 0;
+  // The same, on the connection the agent monitors the round with while its workers run, whose
+  // requests give up after the heartbeat limit (so a silent store's host cannot block it).
+  virtual std::shared_ptr<ddp::Store> monitor_store(int round, const std::string& topic) = 0;
 };
 
 }  // namespace ddprun

@@ -36,7 +36,9 @@ void RoundStateMachine::stop(int signal, bool grace, Clock::time_point now) {
 }
 
 bool RoundStateMachine::reports_worker_failures() const {
-  return state_ < RoundState::kSignalled && outcome_.kind != RoundOutcome::Kind::kInterrupted;
+  // After a lost store, the workers' exits are its consequences and cannot be published anyway.
+  return state_ < RoundState::kSignalled && outcome_.kind != RoundOutcome::Kind::kInterrupted &&
+         outcome_.kind != RoundOutcome::Kind::kStoreLost;
 }
 
 void RoundStateMachine::worker_failed(const FailureReport& root_cause, Clock::time_point now) {
@@ -66,14 +68,22 @@ bool RoundStateMachine::monitor_due(Clock::time_point now, bool any_worker_runni
 }
 
 void RoundStateMachine::other_node_failed(const FailureReport& failure, Clock::time_point now) {
-  if (failure.kind == "lost") node_lost_ = true;
-  worker_failed(failure, now);  // the same transition: a worker of the group failed
+  if (failure.kind != "lost") {
+    worker_failed(failure, now);  // the same transition: a worker of the group failed
+    return;
+  }
+  // The workers were told why (their DDP_ABORT_FILE) and give up their collectives themselves:
+  // the stop signal waits for that as for a consequence.
+  node_lost_ = true;
+  outcome_.kind = RoundOutcome::Kind::kFailed;
+  outcome_.root_cause = failure;
+  stop(SIGTERM, /*grace=*/true, now);
 }
 
 void RoundStateMachine::store_lost(const std::string& detail, Clock::time_point now) {
   outcome_.kind = RoundOutcome::Kind::kStoreLost;
   outcome_.detail = detail;
-  stop(SIGTERM, /*grace=*/false, now);
+  stop(SIGTERM, /*grace=*/true, now);  // the workers were told, as for a lost node
 }
 
 RoundAction RoundStateMachine::tick(Clock::time_point now) {

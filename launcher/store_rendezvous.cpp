@@ -15,10 +15,12 @@
 #include <map>
 #include <thread>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "ddp/error.h"
 #include "ddp/log.h"
+#include "ddp/net/local_address.h"
 #include "ddp/net/tcp_probe.h"
 #include "ddp/store.h"
 
@@ -36,6 +38,8 @@ constexpr auto kProgressEvery = std::chrono::seconds(10);
 constexpr auto kPlacesWait = std::chrono::seconds(2);
 constexpr int kStandIns = 3;
 constexpr auto kReleaseWait = std::chrono::seconds(30);
+// The longest pause between two polls of etcd (StoreRendezvous::poll_cap).
+constexpr auto kEtcdPollCap = std::chrono::milliseconds(250);
 
 double seconds_of(Clock::duration d) {
   return std::chrono::duration_cast<milliseconds>(d).count() / 1000.0;
@@ -91,6 +95,11 @@ StoreRendezvous::StoreRendezvous(const LaunchConfig& config, const HostFacts& ho
   const auto deadline = Clock::now() + config.rdzv.join_timeout;
   store_host_ = config.store_host;
   store_port_ = config.store_port;
+  etcd_ = config.rdzv_backend == RdzvBackend::kEtcd;
+  if (etcd_) {
+    connect_with_retry(deadline);
+    return;
+  }
   bool host_it = false;
   if (config.rdzv_backend == RdzvBackend::kStatic) {
     host_it = config.node_rank == 0;
@@ -123,6 +132,42 @@ StoreRendezvous::StoreRendezvous(const LaunchConfig& config, const HostFacts& ho
 
 StoreRendezvous::~StoreRendezvous() = default;
 
+std::string StoreRendezvous::where() const {
+  return (etcd_ ? "etcd at " : "the rendezvous store at ") + config_.store_host + ":" +
+         std::to_string(config_.store_port);
+}
+
+std::shared_ptr<ddp::Store> StoreRendezvous::open_store(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+  if (etcd_) {
+    ddp::EtcdOptions options;
+    options.endpoint = config_.store_host + ":" + std::to_string(config_.store_port);
+    options.protocol = config_.rdzv.etcd_protocol;
+    options.cacert = config_.rdzv.etcd_cacert;
+    options.cert = config_.rdzv.etcd_cert;
+    options.key = config_.rdzv.etcd_key;
+    // One attempt of at most 2 s, so that a signal is seen between attempts.
+    auto client = ddp::Store::etcd(options, std::clamp(left, milliseconds(1), milliseconds(2000)),
+                                   config_.rdzv.read_timeout);
+    return client->with_prefix(config_.rdzv.etcd_prefix + "/" + config_.run_id);
+  }
+  auto client =
+      ddp::Store::connect(store_host_, store_port_, std::max(left, config_.rdzv.read_timeout),
+                          {config_.rdzv.join_token, ddp::StoreProtocol::kModern});
+  // A second connection for what the agent asks while its workers run (its beat, the round's
+  // failure, nodes waiting), whose requests give up after the heartbeat limit: if the store's
+  // host vanishes without closing its sockets, this node learns it within that limit rather
+  // than after read_timeout (heartbeat.h).
+  monitor_store_ = ddp::Store::connect(store_host_, store_port_, heartbeat_limit(),
+                                       {config_.rdzv.join_token, ddp::StoreProtocol::kModern})
+                       ->with_prefix("ddprun/" + config_.run_id);
+  return client->with_prefix("ddprun/" + config_.run_id);
+}
+
+milliseconds StoreRendezvous::heartbeat_limit() const {
+  return config_.rdzv.keep_alive_interval * config_.rdzv.keep_alive_max_attempt;
+}
+
 void StoreRendezvous::connect_with_retry(Clock::time_point deadline) {
   const auto start = Clock::now();
   auto next_report = start + kFirstProgress;
@@ -130,15 +175,11 @@ void StoreRendezvous::connect_with_retry(Clock::time_point deadline) {
   std::string why;
   for (;;) {
     poll_interrupt_();
-    why = ddp::net::probe_tcp(store_host_, store_port_);
+    why = etcd_ ? std::string() : ddp::net::probe_tcp(store_host_, store_port_);
     if (why.empty()) {
       try {
-        const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-        auto client =
-            ddp::Store::connect(store_host_, store_port_, std::max(left, config_.rdzv.read_timeout),
-                                {config_.rdzv.join_token, ddp::StoreProtocol::kModern});
-        store_ = client->with_prefix("ddprun/" + config_.run_id);
-        ddp::log::debug("connected to the rendezvous store at {}:{}", store_host_, store_port_);
+        store_ = open_store(deadline);
+        ddp::log::debug("connected to {}", where());
         return;
       } catch (const ddp::JoinRefusedError&) {
         throw;  // retrying cannot help
@@ -148,15 +189,16 @@ void StoreRendezvous::connect_with_retry(Clock::time_point deadline) {
     }
     const auto now = Clock::now();
     if (now >= deadline) {
-      throw ddp::StoreError("cannot reach the rendezvous store at " + store_host_ + ":" +
-                            std::to_string(store_port_) + " within " +
-                            std::to_string(seconds_of(now - start)).substr(0, 5) + " s (" + why +
-                            "); check that node 0 runs and --master-addr/--rdzv-endpoint names "
-                            "it, or raise --rdzv-conf join_timeout");
+      throw ddp::StoreError(
+          "cannot reach " + where() + " within " +
+          std::to_string(seconds_of(now - start)).substr(0, 5) + " s (" + why + "); " +
+          (etcd_ ? "check that etcd runs there and --rdzv-endpoint names it"
+                 : "check that node 0 runs and --master-addr/--rdzv-endpoint names it") +
+          ", or raise --rdzv-conf join_timeout");
     }
     if (now >= next_report) {
-      ddp::log::info("still waiting for the rendezvous store at {}:{} after {:.0f} s: {}",
-                     store_host_, store_port_, seconds_of(now - start), why);
+      ddp::log::info("still waiting for {} after {:.0f} s: {}", where(), seconds_of(now - start),
+                     why);
       next_report = now + kProgressEvery;
     }
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
@@ -164,8 +206,41 @@ void StoreRendezvous::connect_with_retry(Clock::time_point deadline) {
   }
 }
 
+void StoreRendezvous::settle_worker_store(const NodeAssignment& node) {
+  // etcd holds the rendezvous, but the workers need a TCPStore (MASTER_ADDR/MASTER_PORT, as
+  // torchrun sets them): the round's node 0 serves one and publishes where.
+  const std::string k = key(node.round, "worker_store");
+  if (node.group_rank == 0) {
+    if (!worker_server_) {
+      worker_server_ = ddp::Store::host(config_.worker_store_port, config_.rdzv.read_timeout,
+                                        config_.rdzv.join_token);
+      ddp::log::info("serving the workers' store on port {}", worker_server_->port());
+    }
+    const std::string address = config_.local_addr.empty()
+                                    ? ddp::net::local_address_towards(config_.store_host)
+                                    : config_.local_addr;
+    store_->set(k, address + " " + std::to_string(worker_server_->port()));
+  }
+  const std::string value = store_->get(k);
+  const auto space = value.rfind(' ');
+  store_host_ = value.substr(0, space);
+  store_port_ = std::stoi(value.substr(space + 1));
+  if (node.group_rank != 0) {
+    worker_server_.reset();  // a former node 0's: its workers are gone, its port is free again
+    // Presents the join token, which admits this node's workers, and shows now, rather than in
+    // the workers, whether node 0's store can be reached from here.
+    worker_client_.reset();
+    worker_client_ = ddp::Store::connect(store_host_, store_port_, config_.rdzv.read_timeout,
+                                         {config_.rdzv.join_token, ddp::StoreProtocol::kModern});
+  }
+}
+
 std::shared_ptr<ddp::Store> StoreRendezvous::round_store(int round, const std::string& topic) {
   return store_->with_prefix(key(round, topic));
+}
+
+std::shared_ptr<ddp::Store> StoreRendezvous::monitor_store(int round, const std::string& topic) {
+  return (monitor_store_ ? monitor_store_ : store_)->with_prefix(key(round, topic));
 }
 
 std::string StoreRendezvous::key(int round, const std::string& name) const {
@@ -181,6 +256,7 @@ NodeAssignment StoreRendezvous::join() {
     NodeAssignment node = try_join(round, deadline, late);
     if (!late) {
       node.restarts = restarts_before(round);
+      if (etcd_) settle_worker_store(node);
       return node;
     }
     // The round closed without this node: wait for the group's next round. Below the maximum
@@ -304,12 +380,20 @@ NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, 
           "store address, or raise --rdzv-conf join_timeout");
     }
     if (now >= next_report) {
-      ddp::log::info("waiting for nodes: {} of {} joined round {} after {:.0f} s", joined,
-                     config_.min_nodes, round, seconds_of(now - start));
+      if (min_reached) {
+        ddp::log::info(
+            "{} nodes joined round {}, at least {} and at most {}: it closes {:.0f} s after the "
+            "minimum was reached (last_call_timeout) unless {} join first",
+            joined, round, config_.min_nodes, config_.max_nodes,
+            seconds_of(config_.rdzv.last_call_timeout), config_.max_nodes);
+      } else {
+        ddp::log::info("waiting for nodes: {} of {} joined round {} after {:.0f} s", joined,
+                       config_.min_nodes, round, seconds_of(now - start));
+      }
       next_report = now + kProgressEvery;
     }
     std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, milliseconds(50));
+    backoff = std::min(backoff * 2, poll_cap(milliseconds(50)));
   }
   const int closed = std::stoi(store_->get(key(round, "closed")));
   if (index > closed) {
@@ -341,7 +425,7 @@ NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, 
                             "timeout; did its first nodes exit during the rendezvous?");
     }
     std::this_thread::sleep_for(wait);
-    wait = std::min(wait * 2, milliseconds(20));
+    wait = std::min(wait * 2, poll_cap(milliseconds(20)));
   }
   const std::string text = store_->get(place_key);
   if (text.rfind("error:", 0) == 0) {
@@ -361,9 +445,18 @@ NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, 
   return node;
 }
 
+milliseconds StoreRendezvous::poll_cap(milliseconds tcp_cap) const {
+  // An agent's TCP store answers a read in microseconds; etcd's gateway in about a millisecond
+  // of its CPU (JSON, base64, a range), from every agent: polls at most 4 times a second.
+  return etcd_ ? std::max(tcp_cap, kEtcdPollCap) : tcp_cap;
+}
+
 std::optional<FailureReport> StoreRendezvous::failure(int round) {
-  if (!store_->check({key(round, "failure")})) return std::nullopt;
-  return FailureReport::from_json(store_->get(key(round, "failure")));
+  const std::string k = key(round, "failure");
+  return monitored([&](ddp::Store& store) -> std::optional<FailureReport> {
+    if (!store.check({k})) return std::nullopt;
+    return FailureReport::from_json(store.get(k));
+  });
 }
 
 FailureReport StoreRendezvous::publish_failure(int round, const FailureReport& report) {
@@ -396,8 +489,10 @@ void StoreRendezvous::acknowledge_stop(int round, bool leaving) {
 
 void StoreRendezvous::wait_for_count(int round, const std::string& name, int target,
                                      Clock::time_point deadline) {
+  auto backoff = milliseconds(5);
   while (store_->add(key(round, name), 0) < target && Clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(5));
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, poll_cap(milliseconds(5)));
   }
 }
 
@@ -414,8 +509,26 @@ FailureReport StoreRendezvous::settle_failure(int round, int nodes, const Failur
   }
 }
 
+template <typename Fn>
+auto StoreRendezvous::monitored(Fn&& fn) -> decltype(fn(std::declval<ddp::Store&>())) {
+  if (!monitor_store_) return fn(*store_);
+  const auto start = Clock::now();
+  try {
+    return fn(*monitor_store_);
+  } catch (const ddp::StoreError& e) {
+    if (Clock::now() - start < heartbeat_limit() * 9 / 10) throw;  // not silence: say it as is
+    throw ddp::StoreError(fmt::format(
+        "the rendezvous store's host (node 0, {}:{}) did not answer this node within {:.1f} s: "
+        "its pod vanished without closing its connections (deleted, powered off, or cut off "
+        "from the network) ({})",
+        config_.store_host, config_.store_port,
+        std::chrono::duration<double>(heartbeat_limit()).count(), e.what()));
+  }
+}
+
 void StoreRendezvous::beat(int round, int group_rank, int64_t delta) {
-  store_->add(key(round, "beat/" + std::to_string(group_rank)), delta);
+  const std::string k = key(round, "beat/" + std::to_string(group_rank));
+  monitored([&](ddp::Store& store) { return store.add(k, delta); });
 }
 
 std::vector<int64_t> StoreRendezvous::beats(int round, int nodes) {
@@ -434,7 +547,8 @@ std::string StoreRendezvous::node_host(int round, int group_rank) {
 }
 
 int StoreRendezvous::nodes_waiting(int round) {
-  return static_cast<int>(store_->add(key(round, "waiting"), 0));
+  const std::string k = key(round, "waiting");
+  return static_cast<int>(monitored([&](ddp::Store& store) { return store.add(k, 0); }));
 }
 
 int StoreRendezvous::restarts_before(int round) {
@@ -463,7 +577,7 @@ std::optional<FailureReport> StoreRendezvous::finish(int round, int nodes) {
       break;
     }
     std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, milliseconds(100));
+    backoff = std::min(backoff * 2, poll_cap(milliseconds(100)));
   }
   store_->add(key(round, "released"), 1);
   if (hosts_store_) {

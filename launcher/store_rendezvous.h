@@ -1,9 +1,12 @@
 #pragma once
-// The rendezvous on the store (ddp::Store, served by ddp::StoreServer on the hosting agent).
+// The rendezvous on the store: ddp::Store, served by ddp::StoreServer on the hosting agent
+// (static, c10d), or by an etcd cluster (etcd-v2), where each round's node 0 serves its
+// workers' store beside it.
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "rendezvous.h"
 
@@ -30,7 +33,9 @@ class StoreRendezvous : public Rendezvous {
   void revise_failure(int round, const FailureReport& before, const FailureReport& after) override;
   void acknowledge_stop(int round, bool leaving) override;
   FailureReport settle_failure(int round, int nodes, const FailureReport& fallback) override;
-  bool hosts_store() const override { return hosts_store_; }
+  // The store's host watches every node; with etcd, which no node hosts, every agent does.
+  bool watches_heartbeats() const override { return hosts_store_ || etcd_; }
+  std::chrono::milliseconds monitor_floor() const override { return poll_cap({}); }
   void beat(int round, int group_rank, int64_t delta) override;
   std::vector<int64_t> beats(int round, int nodes) override;
   std::string node_host(int round, int group_rank) override;
@@ -40,6 +45,7 @@ class StoreRendezvous : public Rendezvous {
   void linger_until_settled(int round, int nodes) override;
   void linger_until_stopped(int round, int nodes) override;
   std::shared_ptr<ddp::Store> round_store(int round, const std::string& topic) override;
+  std::shared_ptr<ddp::Store> monitor_store(int round, const std::string& topic) override;
 
  private:
   NodeAssignment try_join(int round, std::chrono::steady_clock::time_point deadline, bool& late);
@@ -47,6 +53,17 @@ class StoreRendezvous : public Rendezvous {
   // round's configuration error) under round<R>/place/<join index>.
   void assign_places(int round, int closed);
   void connect_with_retry(std::chrono::steady_clock::time_point deadline);
+  std::shared_ptr<ddp::Store> open_store(std::chrono::steady_clock::time_point deadline);
+  // etcd: the round's node 0 serves the workers' store; every node learns where.
+  void settle_worker_store(const NodeAssignment& node);
+  std::chrono::milliseconds heartbeat_limit() const;
+  // Runs fn on the monitoring connection (the store's own on its host and with etcd); a request
+  // that went unanswered for the heartbeat limit is reported as the store's host vanishing.
+  template <typename Fn>
+  auto monitored(Fn&& fn) -> decltype(fn(std::declval<ddp::Store&>()));
+  std::string where() const;
+  // The longest pause between two polls: `tcp_cap`, or longer with etcd.
+  std::chrono::milliseconds poll_cap(std::chrono::milliseconds tcp_cap) const;
   // Rounds before `round` that ended in a failure rather than a membership change.
   int restarts_before(int round);
   std::string key(int round, const std::string& name) const;
@@ -60,6 +77,12 @@ class StoreRendezvous : public Rendezvous {
   std::shared_ptr<ddp::Store> server_;  // kept alive on the hosting node
   std::shared_ptr<ddp::Store> store_;   // this agent's view, prefixed by the run id
   bool hosts_store_ = false;
+  bool etcd_ = false;
+  // A TCP store's non-hosting agents monitor the round (beat, failure, nodes waiting) through
+  // a connection of their own whose requests give up after the heartbeat limit.
+  std::shared_ptr<ddp::Store> monitor_store_;
+  std::shared_ptr<ddp::Store> worker_server_;  // etcd: the workers' store (round's node 0)
+  std::shared_ptr<ddp::Store> worker_client_;  // etcd: this node's connection to it
   std::string store_host_;
   int store_port_ = 0;
   int preferred_rank_ = -1;  // group rank from the previous round, for nodes without a rank

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -54,6 +55,7 @@ struct Supervisor::Worker {
   std::string error_file;
   std::string recorder_file;  // DDP_FLIGHT_RECORDER_FILE: the worker's flight recorder
   std::string live_file;      // DDP_LIVE_METRICS_FILE, with --metrics-port; else ""
+  std::string abort_file;     // DDP_ABORT_FILE (comm/abort_notice.h)
   std::unique_ptr<WorkerProcess> process;
   std::unique_ptr<WorkerOutput> out;
   std::unique_ptr<WorkerOutput> err;
@@ -104,6 +106,8 @@ void Supervisor::start(const NodeAssignment& node, const std::string& store_host
     std::filesystem::remove(w.error_file);  // a stale file would be taken for this run's error
     w.recorder_file = dir + "/flight_recorder.bin";
     std::filesystem::remove(w.recorder_file);
+    w.abort_file = dir + "/abort";
+    std::filesystem::remove(w.abort_file);
     if (config_.metrics_port != 0) {
       w.live_file = dir + "/live_metrics.bin";
       std::filesystem::remove(w.live_file);
@@ -120,6 +124,7 @@ void Supervisor::start(const NodeAssignment& node, const std::string& store_host
     EnvMap env =
         worker_environment(agent_env_, config_, node, {lr, w.error_file}, store_host, store_port);
     env["DDP_FLIGHT_RECORDER_FILE"] = w.recorder_file;
+    env["DDP_ABORT_FILE"] = w.abort_file;
     if (!w.live_file.empty()) env["DDP_LIVE_METRICS_FILE"] = w.live_file;
     if (const std::string traces = trace_dir(node.round); !traces.empty()) {
       env["DDP_TRACE_DIR"] = traces;
@@ -140,12 +145,27 @@ void Supervisor::start(const NodeAssignment& node, const std::string& store_host
 RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rendezvous) {
   std::vector<Worker>& workers = workers_;
   const bool elastic = config_.min_nodes < config_.max_nodes;
-  RoundStateMachine round({config_.shutdown_timeout, config_.monitor_interval}, Clock::now());
+  RoundStateMachine round(
+      {config_.shutdown_timeout, std::max(config_.monitor_interval, rendezvous.monitor_floor())},
+      Clock::now());
 
   const auto act = [&](RoundAction action) {
     if (action == RoundAction::kNone) return;
     const int sig = action == RoundAction::kKillWorkers ? SIGKILL : round.stop_signal();
     for (auto& w : workers) w.process->signal_group(sig);
+  };
+  // A cause the workers cannot see (a node that vanished without closing its connections, or
+  // the store's host gone so): their collectives give up now rather than at their timeout.
+  bool aborted = false;
+  const auto abort_collectives = [&](const std::string& reason) {
+    if (aborted) return;
+    aborted = true;
+    for (auto& w : workers) {
+      const std::string partial = w.abort_file + ".partial";
+      std::ofstream(partial) << reason << "\n";
+      std::error_code ignored;
+      std::filesystem::rename(partial, w.abort_file, ignored);
+    }
   };
   const auto base_report = [&]() {
     FailureReport r;
@@ -170,12 +190,12 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
   }
   HangWatch::Options hang_options;
   hang_options.period = std::max(hang_options.period, config_.monitor_interval);
-  HangWatch hangs(rendezvous.round_store(node.round, "hang"), node.group_rank,
+  HangWatch hangs(rendezvous.monitor_store(node.round, "hang"), node.group_rank,
                   node.group_world_size, hostname_, std::move(watched), hang_options);
 
   HeartbeatMonitor heartbeat(node.group_world_size, config_.rdzv.keep_alive_interval,
                              config_.rdzv.keep_alive_max_attempt, Clock::now());
-  const bool watches_heartbeats = rendezvous.hosts_store() && node.group_world_size > 1;
+  const bool watches_heartbeats = rendezvous.watches_heartbeats() && node.group_world_size > 1;
   // Heartbeats (heartbeat.h): this node's beat, and on the store's agent the others' check.
   const auto watch_heartbeats = [&](Clock::time_point now, bool any_running) {
     if (round.state() != RoundState::kRunning || !any_running) return;
@@ -197,6 +217,7 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
         std::chrono::duration<double>(heartbeat.limit()).count());
     const FailureReport root = publish(r);
     ddp::log::error("{}; stopping this node's workers", root.headline());
+    if (root.kind == "lost") abort_collectives(root.headline());
     round.other_node_failed(root, now);
   };
 
@@ -299,6 +320,7 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
           } else {
             ddp::log::error("stopping this node's workers: {}", f->headline());
           }
+          if (f->kind == "lost") abort_collectives(f->headline());
           round.other_node_failed(*f, now);
         } else if (node.group_world_size < config_.max_nodes) {
           if (const int waiting = rendezvous.nodes_waiting(node.round); waiting > 0) {
@@ -316,6 +338,7 @@ RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rende
       }
     } catch (const ddp::StoreError& e) {
       ddp::log::error("lost the rendezvous store ({}); stopping this node's workers", e.what());
+      abort_collectives(e.what());
       round.store_lost(e.what(), now);
     }
   }

@@ -86,6 +86,7 @@ const std::vector<const Setting*>& all() {
                                                     &kFlightRecorderEntries,
                                                     &kFlightRecorderFile,
                                                     &kLiveMetricsFile,
+                                                    &kAbortFile,
                                                     &kStoreProtocol,
                                                     &kIsa,
                                                     &kLogLevel,

@@ -540,12 +540,53 @@ function checkMpiJob(r) {
   return problems;
 }
 
+// The ElasticJob: its rendezvous endpoint is the etcd Service's name and port, etcd serves
+// clients there, the controller's --nnodes range fits, and the pods run the Job's program with
+// the Job's image and volumes; the etcd pod is one the NetworkPolicy admits the job's pods to.
+function checkElasticJob(r) {
+  const problems = [];
+  const job = find(r.elasticjob, 'ElasticJob');
+  const service = find(r.elasticjob, 'Service', 'etcd-service');
+  const etcd = find(r.elasticjob, 'Deployment');
+  const [host, port] = job.spec.rdzvEndpoint.split(':');
+  if (host !== service.metadata.name) problems.push(`elasticjob: rdzvEndpoint ${job.spec.rdzvEndpoint} is not the Service ${service.metadata.name}`);
+  const servicePort = service.spec.ports.find((p) => String(p.port) === port);
+  if (!servicePort) problems.push(`elasticjob: the Service has no port ${port}`);
+  const etcdContainer = etcd.spec.template.spec.containers[0];
+  const named = (etcdContainer.ports || []).find((p) => p.name === (servicePort || {}).targetPort ||
+    p.containerPort === (servicePort || {}).targetPort);
+  const listen = (etcdContainer.args || []).find((a) => a.startsWith('--listen-client-urls='));
+  if (!named || !listen || !listen.endsWith(`:${named.containerPort}`)) {
+    problems.push(`elasticjob: etcd does not listen for clients on the Service's target port (${listen})`);
+  }
+  const selected = Object.entries(service.spec.selector || {}).every(([k, v]) => (etcd.spec.template.metadata.labels || {})[k] === v);
+  if (!selected) problems.push('elasticjob: the Service does not select the etcd pod');
+  const { minReplicas, maxReplicas } = job.spec;
+  const workers = job.spec.replicaSpecs.Worker;
+  if (!(minReplicas >= 1 && minReplicas <= workers.replicas && workers.replicas <= maxReplicas)) {
+    problems.push(`elasticjob: not minReplicas ${minReplicas} <= replicas ${workers.replicas} <= maxReplicas ${maxReplicas}`);
+  }
+  const base = podSpecOf(find(r.base, 'Job', 'ddp-train')).containers[0];
+  const c = workers.template.spec.containers[0];
+  const program = (args) => args.slice(args.findIndex((a) => !a.startsWith('--')));
+  if (JSON.stringify(program(c.args)) !== JSON.stringify(program(base.args))) {
+    problems.push(`elasticjob: runs ${program(c.args).join(' ')}, not the Job's ${program(base.args).join(' ')}`);
+  }
+  // The controller adds the rendezvous flags; a second set in the args would contradict them.
+  if (c.args.some((a) => /^--(rdzv|nnodes)/.test(a))) problems.push('elasticjob: the args set what the controller adds');
+  if (c.image !== base.image) problems.push(`elasticjob: image ${c.image} != ${base.image}`);
+  if (JSON.stringify(c.volumeMounts) !== JSON.stringify(base.volumeMounts)) problems.push('elasticjob: volume mounts differ from the Job\'s');
+  return problems;
+}
+
 function runChecks(r, cluster, codes, dockerfile) {
   // [where, pod spec, the render it came from (for its ConfigMaps)]
   const jobPods = (name) => r[name].filter((o) => o.kind === 'Job')
     .map((j) => [`${name}/${j.metadata.name}`, podSpecOf(j), r[name]]);
   const pytorchPods = Object.entries(find(r.pytorchjob, 'PyTorchJob').spec.pytorchReplicaSpecs)
     .map(([type, s]) => [`pytorchjob/${type}`, s.template.spec, r.pytorchjob]);
+  const elasticTemplate = find(r.elasticjob, 'ElasticJob').spec.replicaSpecs.Worker.template;
+  const elasticPods = [['elasticjob/Worker', elasticTemplate.spec, r.elasticjob]];
   const checks = {
     'base: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r.base, codes),
     'efa: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r.efa, codes),
@@ -554,7 +595,7 @@ function runChecks(r, cluster, codes, dockerfile) {
     'pods: requests = limits, non-root, threads <= CPUs, /dev/shm': () => checkPods([
       ...jobPods('base'), ...jobPods('efa'), ...jobPods('e2e'), ...jobPods('e2e-2pods'),
       ...jobPods('data-prep'),
-      ...jobPods('eval'), ...jobPods('export'), ...jobPods('export-train'), ...pytorchPods]),
+      ...jobPods('eval'), ...jobPods('export'), ...jobPods('export-train'), ...pytorchPods, ...elasticPods]),
     'shared volume: data prep -> train -> eval paths, EFS claim': () => checkSharedVolume(r),
     'efa: fabric backend, EFA device, huge pages, eksctl node group': () => checkEfa(r, cluster),
     'eksctl: OIDC, EFS CSI, autoscaler tags, EFA group': () => checkCluster(cluster),
@@ -564,6 +605,7 @@ function runChecks(r, cluster, codes, dockerfile) {
       checkExport(r, cluster, codes),
     'gang: Volcano PodGroup = the pods, Kueue ClusterQueue holds the whole Job': () => checkGangScheduling(r),
     'mpijob: -np = workers x slots, the Job\'s program and flags': () => checkMpiJob(r),
+    'elasticjob: rdzvEndpoint = the etcd Service, replicas in range, the Job\'s program': () => checkElasticJob(r),
     'metrics: one port in PET_METRICS_PORT, annotations, container, NetworkPolicy, PodMonitor': () =>
       checkMetrics([
         ...['base', 'efa', 'monitoring'].map((n) => [n, find(r[n], 'Job', 'ddp-train').spec.template, r[n]]),
@@ -572,7 +614,8 @@ function runChecks(r, cluster, codes, dockerfile) {
       ]),
     'join token: Secret mounted at DDPRUN_RDZV_TOKEN_FILE, NetworkPolicy admits the job': () =>
       checkJoinToken([...jobPods('base'), ...jobPods('efa'), ...jobPods('e2e'), ...jobPods('e2e-2pods'),
-        ...jobPods('export-train'), ...pytorchPods].map(([where, spec, objs]) => {
+        ...jobPods('export-train'), ...pytorchPods, ...elasticPods].map(([where, spec, objs]) => {
+        if (spec === elasticTemplate.spec) return [where, spec, objs, elasticTemplate.metadata.labels || {}];
         const owner = objs.find((o) => (o.kind === 'Job' && podSpecOf(o) === spec) ||
           (o.kind === 'PyTorchJob' && Object.values(o.spec.pytorchReplicaSpecs).some((x) => x.template.spec === spec)));
         const template = owner.kind === 'Job' ? owner.spec.template
@@ -631,6 +674,14 @@ const mutations = [
     (r) => { find(r.kueue, 'ClusterQueue').spec.resourceGroups[0].flavors[0].resources[0].nominalQuota = 4; }],
   ['gang: Volcano', 'a Job that Kueue would not hold',
     (r) => { delete find(r.kueue, 'Job').spec.suspend; }],
+  ['elasticjob:', 'an rdzvEndpoint that is not the etcd Service',
+    (r) => { find(r.elasticjob, 'ElasticJob').spec.rdzvEndpoint = 'etcd:2379'; }],
+  ['elasticjob:', 'etcd listening on another port than the Service\'s',
+    (r) => { find(r.elasticjob, 'Deployment').spec.template.spec.containers[0].args[2] = '--listen-client-urls=http://0.0.0.0:4001'; }],
+  ['elasticjob:', 'more replicas than maxReplicas',
+    (r) => { find(r.elasticjob, 'ElasticJob').spec.replicaSpecs.Worker.replicas = 9; }],
+  ['elasticjob:', 'a rendezvous flag that the controller also adds',
+    (r) => { find(r.elasticjob, 'ElasticJob').spec.replicaSpecs.Worker.template.spec.containers[0].args.unshift('--rdzv-backend=c10d'); }],
   ['mpijob: -np', 'mpirun -np not workers x slots',
     (r) => { find(r.mpijob, 'MPIJob').spec.mpiReplicaSpecs.Worker.replicas = 3; }],
   ['mpijob: -np', 'no MASTER_ADDR for the ranks on the workers',
@@ -662,7 +713,7 @@ function main() {
   const codes = readExitCodes(args['exit-codes']);
   const load = () => {
     const r = {};
-    for (const name of ['base', 'efa', 'pytorchjob', 'monitoring', 'kueue', 'volcano', 'mpijob',
+    for (const name of ['base', 'efa', 'pytorchjob', 'monitoring', 'kueue', 'volcano', 'mpijob', 'elasticjob',
       'data-prep', 'eval', 'efs', 'e2e', 'e2e-2pods', 'export', 'export-train']) {
       r[name] = loadAll(path.join(args.rendered, `${name}.yaml`));
     }

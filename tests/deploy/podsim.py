@@ -224,6 +224,7 @@ class Cluster:
         self.next_host = 10
         self.port = 0
         self.objs = []
+        self.services = {}  # a Service's name -> the pod behind it (cluster DNS, simulated)
 
     def __enter__(self):
         remove_stale_namespaces()
@@ -268,6 +269,11 @@ class Cluster:
             self._write_resolver_files(pod, pods)
         return pods
 
+    def add_service(self, name, pod):
+        """A Service name that resolves to `pod` (as a ClusterIP Service with one ready pod
+        behind it), in the records publish() writes next."""
+        self.services[name] = pod
+
     def publish(self, pods):
         """Every pod's DNS records seen by every other, for pods made by several make_pods calls
         (several Services' or controllers' pods in one namespace)."""
@@ -285,6 +291,9 @@ class Cluster:
             if p.subdomain:
                 lines.append(f"{p.ip}\t{p.fqdn()}\t{p.hostname}.{p.subdomain}\t"
                              f"{p.hostname}.{p.subdomain}.{p.namespace}.svc")
+        for name, target in self.services.items():
+            lines.append(f"{target.ip}\t{name}\t{name}.{target.namespace}.svc\t"
+                         f"{name}.{target.namespace}.svc.cluster.local")
         d = f"/etc/netns/{pod.netns}"
         os.makedirs(d, exist_ok=True)
         with open(f"{d}/hosts", "w") as f:
@@ -305,10 +314,12 @@ class Cluster:
         finish_with: pods whose end ends the run, as an MPIJob's launcher does: the others are
         then killed, and their code is None."""
         procs = {}
+        # image: one for every pod, or {pod name: image} with the pods not named on the host.
+        image_of = (lambda pod: image.get(pod.name)) if isinstance(image, dict) else (lambda pod: image)
         for pod in pods:
             pod.output = []
-            if image:
-                argv = self._podman_argv(pod, shared_dir, image, home)
+            if image_of(pod):
+                argv = self._podman_argv(pod, shared_dir, image_of(pod), home)
             else:
                 spec_file = os.path.join(self.workdir, f"{pod.name}.json")
                 with open(spec_file, "w") as f:
@@ -342,7 +353,7 @@ class Cluster:
             for pod, proc in procs.values():
                 _killpg(proc)
                 _kill_netns_processes(pod.netns)
-                if image:
+                if image_of(pod):
                     subprocess.run(["podman", "rm", "-f", "-t", "0", self._container(pod)],
                                    capture_output=True)
             for _, proc in procs.values():

@@ -4,13 +4,15 @@ debootstrap debian:bookworm base, no registry), then run: `ddprun --help`, its c
 runtime, non-root), and the end-to-end Jobs with every pod a container of this image in its own
 network namespace (test_e2e.py --image): data prep, two-pod training, eval. With --mpijob, the
 image's mpi target too (Open MPI and sshd added), and the MPIJob overlay run in it as the MPI
-operator runs it (test_mpijob.py).
+operator runs it (test_mpijob.py). With --elasticjob, the etcd target too, and the ElasticJob
+overlay's etcd pod run in it (test_elasticjob.py --etcd-image).
 
-  test_image.py --repo DIR --rendered DIR --program NAME... [--e2e] [--mpijob] [--tag NAME] [--jobs N]
+  test_image.py --repo DIR --rendered DIR --program NAME... [--e2e] [--mpijob] [--elasticjob] [--tag NAME] [--jobs N]
 --program: what /usr/local/bin must hold, exactly; --e2e: also run the Jobs in the image."""
 import argparse
 import os
 import shutil
+import re
 import subprocess
 import sys
 import time
@@ -71,6 +73,11 @@ def main():
     parser.add_argument("--mpijob", action="store_true",
                         help="also build the mpi target and run the MPIJob overlay in it")
     parser.add_argument("--mpi-tag", default="localhost/ddprun-mpi:test")
+    parser.add_argument("--elasticjob", action="store_true",
+                        help="also build the etcd target and run the ElasticJob overlay's etcd in it")
+    parser.add_argument("--etcd-tag", default="localhost/ddprun-etcd:test")
+    parser.add_argument("--path", action="append", default=[])
+    parser.add_argument("--bind", action="append", default=[])
     args = parser.parse_args()
     podsim.skip_unless_root("the image test")
     for tool in ("podman", "runc", "debootstrap"):
@@ -117,9 +124,32 @@ def main():
               e2e.returncode == 0, f"exit {e2e.returncode} after {time.monotonic() - started:.0f} s")
     if args.mpijob:
         mpi_image(args)
+    if args.elasticjob:
+        etcd_image(args)
 
     print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
     return 0 if all(results) else 1
+
+
+def etcd_image(args):
+    """The etcd target (Debian's etcd-server), then the ElasticJob overlay with its etcd in it."""
+    started = time.monotonic()
+    build = subprocess.run([os.path.join(args.repo, "docker", "build-offline"), "--tag", args.etcd_tag,
+                            "--jobs", args.jobs, "--target", "etcd"])
+    print(f"image: the etcd target took {time.monotonic() - started:.0f} s", flush=True)
+    if not check("the etcd target builds", build.returncode == 0, f"exit {build.returncode}"):
+        return
+    r = podman("run", "--rm", "--entrypoint", "sh", args.etcd_tag, "-c", "id -u; etcd --version")
+    check("the etcd target runs etcd 3.4 or newer as uid 1000",
+          r.stdout.startswith("1000\n") and re.search(r"etcd Version: 3\.([4-9]|\d\d)", r.stdout),
+          f"{r.stdout.strip()[:200]} {r.stderr.strip()[:200]}")
+    r = podman("image", "inspect", "--format", "{{.Size}}", args.etcd_tag)
+    print(f"image: {args.etcd_tag} is {int(r.stdout.strip() or 0) / 2**20:.0f} MiB", flush=True)
+    job = subprocess.run([sys.executable, os.path.join(HERE, "test_elasticjob.py"), "--rendered", args.rendered,
+                          "--etcd-image", args.etcd_tag]
+                         + [f"--path={p}" for p in args.path] + [f"--bind={b}" for b in args.bind])
+    check("the ElasticJob overlay rendezvous in etcd running in the etcd target",
+          job.returncode == 0, f"exit {job.returncode}")
 
 
 def mpi_image(args):

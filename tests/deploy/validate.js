@@ -204,6 +204,20 @@ const crdShapes = {
     PodGroup: { fields: { minMember: 'integer', minTaskMember: { map: 'integer' }, queue: 'string',
       priorityClassName: 'string', minResources: { map: 'quantity' } } },
   },
+  // TorchElastic's controller (elastic.pytorch.org/v1alpha1, pytorch/elastic): kubernetes/api/
+  // v1alpha1/elasticjob_types.go ElasticJobSpec, whose RunPolicy is inline.
+  'elastic.pytorch.org/v1alpha1': {
+    ElasticJob: {
+      fields: {
+        ...runPolicy.fields, rdzvEndpoint: 'string', minReplicas: 'integer', maxReplicas: 'integer',
+        replicaSpecs: { fields: {
+          Worker: { fields: { replicas: 'integer', restartPolicy: ['enum', 'Always', 'OnFailure', 'Never', 'ExitCode'],
+            template: 'core:v1/PodTemplateSpec' }, required: ['template'] },
+        }, required: ['Worker'] },
+      },
+      required: ['replicaSpecs', 'rdzvEndpoint'],
+    },
+  },
   // Kubeflow MPI operator v2beta1 (kubeflow.org): pkg/apis/kubeflow/v2beta1/types.go MPIJobSpec
   'kubeflow.org/v2beta1': {
     MPIJob: {

@@ -158,6 +158,42 @@ TEST(LaunchConfig, PetSwitchesAndEveryOtherPetDefault) {
             std::string::npos);
 }
 
+TEST(LaunchConfig, EtcdBackendTakesTorchrunsNamesEndpointAndConf) {
+  for (const char* name : {"etcd-v2", "etcd"}) {
+    auto c = resolve({"--nnodes", "1:4", "--rdzv-backend", name, "--rdzv-endpoint", "etcd-svc",
+                      "--rdzv-id", "j", "a"});
+    EXPECT_EQ(c.rdzv_backend, RdzvBackend::kEtcd);
+    EXPECT_EQ(c.store_host, "etcd-svc");
+    EXPECT_EQ(c.store_port, 2379);  // etcd's client port
+    EXPECT_EQ(c.worker_store_port, 0) << "a free port unless --master-port says";
+    EXPECT_FALSE(c.node_rank.has_value()) << "join order, as with c10d";
+    EXPECT_NE(c.describe().find("etcd-v2 rendezvous at etcd-svc:2379"), std::string::npos);
+  }
+  auto c = resolve({"--nnodes", "2", "--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "e:2380",
+                    "--master-port", "29501", "--rdzv-conf",
+                    "etcd_prefix=/torchelastic/p2p,protocol=https,cacert=/ca,cert=/c,key=/k", "a"});
+  EXPECT_EQ(c.store_port, 2380);
+  EXPECT_EQ(c.worker_store_port, 29501);
+  EXPECT_EQ(c.rdzv.etcd_prefix, "/torchelastic/p2p");
+  EXPECT_EQ(c.rdzv.etcd_protocol, "https");
+  EXPECT_EQ(c.rdzv.etcd_cacert, "/ca");
+  EXPECT_EQ(c.rdzv.etcd_cert, "/c");
+  EXPECT_EQ(c.rdzv.etcd_key, "/k");
+  EXPECT_TRUE(c.notices.empty());
+  EXPECT_NE(error_of({"a"}, {{"PET_RDZV_BACKEND", "etcd-v2"}})
+                .find("PET_RDZV_BACKEND=etcd-v2 "
+                      "needs --rdzv-endpoint"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "e", "--rdzv-conf",
+                      "etcd_prefix=ddp", "a"})
+                .find("must start with '/'"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "e", "--rdzv-conf",
+                      "protocol=grpc", "a"})
+                .find("not http or https"),
+            std::string::npos);
+}
+
 TEST(LaunchConfig, StandaloneUsesAFreePortAndAFreshRunId) {
   auto c = resolve({"--standalone", "--nproc-per-node", "2", "a"});
   EXPECT_EQ(c.rdzv_backend, RdzvBackend::kC10d);
@@ -221,7 +257,8 @@ TEST(LaunchConfig, RendezvousEndpointsAndOptions) {
   EXPECT_EQ(s.store_host, "store.local");
   EXPECT_EQ(s.store_port, 555);
 
-  EXPECT_NE(error_of({"--rdzv-backend", "etcd", "a"}).find("etcd"), std::string::npos);
+  EXPECT_NE(error_of({"--rdzv-backend", "zookeeper", "a"}).find("'c10d', 'etcd-v2' or 'static'"),
+            std::string::npos);
   EXPECT_NE(error_of({"--rdzv-conf", "join_timeout=soon", "a"}).find("join_timeout"),
             std::string::npos);
   EXPECT_NE(error_of({"--rdzv-conf", "join_timeout", "a"}).find("KEY=VALUE"), std::string::npos);
@@ -251,7 +288,7 @@ TEST(LaunchConfig, EveryBadEnvironmentValueNamesItsVariable) {
       {"PET_NNODES", "3:1"},
       {"PET_NODE_RANK", "1.5"},
       {"PET_MASTER_PORT", "http"},
-      {"PET_RDZV_BACKEND", "etcd"},
+      {"PET_RDZV_BACKEND", "zookeeper"},
       {"PET_RDZV_ENDPOINT", ":1"},
       {"PET_RDZV_CONF", "read_timeout=-1"},
       {"PET_MAX_RESTARTS", "x"},

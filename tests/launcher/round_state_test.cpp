@@ -96,18 +96,20 @@ TEST_F(Round, SigkillFollowsAfterTheShutdownTimeout) {
   EXPECT_EQ(round.tick(t0 + 2 * kShutdown), RoundAction::kNone);
 }
 
-TEST_F(Round, ALostNodeStopsAtOnceAndKillsAfterTwoSeconds) {
-  // Workers blocked in a collective with a vanished node cannot finish a step: SIGKILL follows
-  // the stop signal after 2 s rather than the shutdown timeout.
+TEST_F(Round, ALostNodeLetsTheWorkersAbortThenKillsTwoSecondsAfterTheSignal) {
+  // The workers were told (DDP_ABORT_FILE) and get the consequence grace to give up their
+  // collectives themselves; those still blocked get the stop signal, and SIGKILL 2 s later
+  // rather than after the shutdown timeout: they cannot finish a step.
   FailureReport lost;
   lost.kind = "lost";
   lost.node_rank = 1;
   lost.exit_code = ddp::exit_code::kComm;
   round.other_node_failed(lost, t0);
-  ASSERT_EQ(round.tick(t0), RoundAction::kSignalWorkers);
+  EXPECT_EQ(round.tick(t0), RoundAction::kNone);
+  ASSERT_EQ(round.tick(t0 + 2s), RoundAction::kSignalWorkers);
   EXPECT_EQ(round.stop_signal(), SIGTERM);
-  EXPECT_EQ(round.tick(t0 + 2s - 1ms), RoundAction::kNone);
-  EXPECT_EQ(round.tick(t0 + 2s), RoundAction::kKillWorkers);
+  EXPECT_EQ(round.tick(t0 + 4s - 1ms), RoundAction::kNone);
+  EXPECT_EQ(round.tick(t0 + 4s), RoundAction::kKillWorkers);
   EXPECT_EQ(round.outcome().root_cause->headline().rfind("node 1 (", 0), 0u);
 }
 
@@ -175,16 +177,21 @@ TEST_F(Round, TheMonitorLooksOncePerIntervalAndOnlyWhileRunning) {
   EXPECT_FALSE(round.monitor_due(t0 + 10 * kMonitor, true)) << "stopping: no more looks";
 }
 
-TEST_F(Round, ALostStoreStopsTheWorkersAtOnce) {
+TEST_F(Round, ALostStoreLetsTheWorkersAbortThenStopsThem) {
   round.store_lost("connection refused", t0);
   EXPECT_EQ(round.outcome().kind, RoundOutcome::Kind::kStoreLost);
   EXPECT_EQ(round.outcome().detail, "connection refused");
-  EXPECT_EQ(round.tick(t0), RoundAction::kSignalWorkers);
+  EXPECT_FALSE(round.reports_worker_failures()) << "the workers' exits are its consequences";
+  EXPECT_EQ(round.tick(t0), RoundAction::kNone);
+  EXPECT_EQ(round.tick(t0 + 2s), RoundAction::kSignalWorkers);
 }
 
 TEST_F(Round, ASecondCauseWhileStoppingOnlyBringsTheSignalForward) {
   round.other_node_failed(consequence(5, 2), t0);
-  round.store_lost("gone", t0 + 100ms);
+  FailureReport signalled;
+  signalled.kind = "agent";
+  signalled.signal = SIGTERM;
+  round.agent_signalled(SIGTERM, signalled, signalled, t0 + 100ms);
   EXPECT_EQ(round.tick(t0 + 100ms), RoundAction::kSignalWorkers);
   // Once signalled, later causes change nothing.
   round.store_lost("gone again", t0 + 200ms);

@@ -29,6 +29,13 @@ TEST(Store, SetGetAddAcrossClients) {
   EXPECT_FALSE(client->check({"k"}));
 }
 
+TEST(Store, TcpStoresNameTheirBackend) {
+  auto server = Store::host(0, 5s);
+  EXPECT_STREQ(server->backend_name(), "tcp");
+  EXPECT_STREQ(server->with_prefix("p")->backend_name(), "tcp");
+  EXPECT_EQ(server->protocol(), StoreProtocol::kModern);
+}
+
 TEST(Store, PrefixesSeparateKeySpaces) {
   auto server = Store::host(0, 5s);
   auto a = server->with_prefix("a");

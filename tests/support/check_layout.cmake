@@ -10,7 +10,7 @@ set(folder_tests
   "lib/models/activation_kernels_test.cpp=models/activation_kernels_avx512 models/activation_kernels_baseline"
   "lib/store_server_test.cpp=store/wire"
   "lib/env_test.cpp=env_vars"
-  "lib/store_test.cpp=net/tcp_probe"
+  "lib/store_test.cpp=net/tcp_probe store/tcp_backend"
   "lib/comm/backend_loading_test.cpp=comm/factory comm/fabric_module comm/signal_dispositions"
   "lib/comm/collectives/collectives_test.cpp=comm/collectives/barrier comm/collectives/broadcast comm/collectives/direct comm/collectives/recursive_doubling comm/collectives/ring comm/collectives/peer_transport"
   "lib/comm/fabric/connection_parts_test.cpp=comm/fabric/provider_selection comm/fabric/host_identity comm/fabric/address_exchange comm/fabric/peer_liveness comm/fabric/proc_stat comm/fabric/shm_region_names"

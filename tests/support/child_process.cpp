@@ -146,4 +146,16 @@ int count_of(const std::string& text, const std::string& needle) {
   return n;
 }
 
+SilentNode::SilentNode(const ChildProcess& node) {
+  const auto workers = printed_pids(node.output());
+  pids_ = {node.pid()};
+  if (!workers.empty()) pids_.push_back(workers.front());
+  ok_ = workers.size() >= 1;
+  for (pid_t p : pids_) ok_ = kill(p, SIGSTOP) == 0 && ok_;
+}
+
+SilentNode::~SilentNode() {
+  for (pid_t p : pids_) kill(p, SIGKILL);
+}
+
 }  // namespace ddprun::testing

@@ -47,4 +47,20 @@ bool wait_all_dead(const std::vector<pid_t>& pids, std::chrono::milliseconds tim
 // Number of times `needle` occurs in `text`.
 int count_of(const std::string& text, const std::string& needle);
 
+// A node that falls silent without closing a socket (as one that loses power or its network):
+// SIGSTOPs the agent `node` and the first worker it printed ("pid=N"); the destructor SIGKILLs
+// both. `ok()` says whether both were stopped.
+class SilentNode {
+ public:
+  explicit SilentNode(const ChildProcess& node);
+  ~SilentNode();
+  SilentNode(const SilentNode&) = delete;
+  SilentNode& operator=(const SilentNode&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  std::vector<pid_t> pids_;
+  bool ok_ = true;
+};
+
 }  // namespace ddprun::testing

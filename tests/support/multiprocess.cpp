@@ -10,9 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -270,19 +272,45 @@ std::vector<RankOutcome> run_with_communicators(
   });
 }
 
-int free_tcp_port() {
+namespace {
+
+// Whether a loopback TCP socket can be bound to `port` now (0: any); returns the port bound.
+int bind_loopback(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(addr);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (fd >= 0) close(fd);
-    throw std::runtime_error("could not find a free loopback port");
+  const bool ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  if (fd >= 0) close(fd);
+  return ok ? ntohs(addr.sin_port) : -1;
+}
+
+}  // namespace
+
+int free_tcp_port() {
+  // Below the kernel's ephemeral range, which bind(0) and every outgoing connection draw from
+  // (Open MPI's own listeners too): a port from there could be taken again between this choice
+  // and the test's bind. Above 15000, and clear of torchrun's defaults (29400, 29500).
+  int ephemeral_low = 32768;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d", &ephemeral_low) != 1) ephemeral_low = 32768;
+    std::fclose(f);
   }
-  close(fd);
-  return ntohs(addr.sin_port);
+  const int high = std::min(ephemeral_low, 29000);
+  if (high - 15000 >= 1000) {
+    std::mt19937 pick(std::random_device{}());
+    std::uniform_int_distribution<int> port(15000, high - 1);
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      const int p = port(pick);
+      if (bind_loopback(p) == p) return p;
+    }
+  }
+  const int any = bind_loopback(0);
+  if (any < 0) throw std::runtime_error("could not find a free loopback port");
+  return any;
 }
 
 void require(bool condition, const std::string& message) {

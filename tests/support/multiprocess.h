@@ -75,7 +75,9 @@ std::vector<RankOutcome> run_with_communicators(
     std::chrono::milliseconds deadline, const std::function<void(Communicator& comm)>& body,
     const std::function<void(int rank)>& before_connect = nullptr);
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then released).
+// A TCP port on 127.0.0.1 that was free a moment ago (bound, then released), chosen at random
+// below the kernel's ephemeral range, so that no outgoing connection or bind(0) (Open MPI's
+// listeners, another test's clients) takes it before the test binds it.
 int free_tcp_port();
 
 // Throws (failing the rank) with a message when `condition` is false.

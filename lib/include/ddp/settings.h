@@ -236,6 +236,20 @@ inline constexpr Setting kLiveMetricsFile{
     "The file the trainer keeps its live figures in (step time, images/s, loss, learning rate, "
     "allreduce wait and bytes), read by the agent for its Prometheus endpoint."};
 
+inline constexpr Setting kAbortFile{
+    "DDP_ABORT_FILE",
+    Type::kText,
+    "none (ddprun sets one per worker)",
+    0,
+    0,
+    "",
+    "",
+    "library",
+    "The file ddprun writes a reason into when the round must stop for a cause the ranks cannot "
+    "see (a node lost without closing its connections): the worker's collectives then give up "
+    "with a CommError carrying it (libfabric's at once; gloo's, blocked inside gloo, by ending "
+    "the process after 1 s with exit code 70)."};
+
 // --- The rendezvous store ----------------------------------------------------------------------
 inline constexpr Setting kStoreProtocol{
     "DDP_STORE_PROTOCOL",

@@ -8,6 +8,9 @@
 // (VALIDATE, then a PING whose nonce must come back) and falls back to the 1.13/2.0 protocol when
 // the server closes the connection or does not answer within a short deadline instead.
 // DDP_STORE_PROTOCOL=legacy|modern skips the probe.
+//
+// The same client can instead keep its keys in etcd (Store::etcd: the v3 API through etcd's JSON
+// gateway), for a rendezvous that no node of the job hosts.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -31,6 +34,22 @@ struct StoreConnectOptions {
   StoreProtocol protocol = StoreProtocol::kAuto;
 };
 
+// Where etcd runs, and how to reach it (torchrun's --rdzv-conf keys for its etcd backends).
+struct EtcdOptions {
+  // "host:port", "[v6-address]:port" or "http(s)://host:port"; port 2379 when none. A scheme
+  // given here wins over `protocol`.
+  std::string endpoint;
+  // "http" or "https".
+  std::string protocol = "http";
+  // https only: the CA bundle that signed etcd's certificate (else the system's), and this
+  // client's certificate and key when etcd asks for one. Files, PEM.
+  std::string cacert, cert, key;
+};
+
+namespace detail {
+class StoreBackend;
+}
+
 class Store {
  public:
   // Hosts a store server on `port` (0 picks a free port) and connects to it. A non-empty
@@ -45,6 +64,14 @@ class Store {
   // set, else rank 0 hosts MASTER_ADDR:MASTER_PORT and the other ranks connect to it.
   static std::shared_ptr<Store> from_env(const DistributedEnv& env,
                                          std::chrono::milliseconds timeout);
+  // Connects to etcd (v3 API through its JSON gateway, etcd 3.4 or newer), retrying until
+  // `timeout` while the connection is refused (pods start in any order); each request then
+  // gives up after `request_timeout` (the second form: `timeout`). libcurl (libcurl.so.4) is
+  // loaded at run time; a host without it fails here, saying so. Keys are stored as they are
+  // (give the Store a prefix with with_prefix); values and keys may hold any bytes.
+  static std::shared_ptr<Store> etcd(const EtcdOptions& options, std::chrono::milliseconds timeout,
+                                     std::chrono::milliseconds request_timeout);
+  static std::shared_ptr<Store> etcd(const EtcdOptions& options, std::chrono::milliseconds timeout);
 
   ~Store();
 
@@ -67,7 +94,8 @@ class Store {
   // server, which has no MULTI_GET).
   std::vector<std::string> multi_get(const std::vector<std::string>& keys);
   void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);
-  // Keys in the whole store (every prefix).
+  // Keys in the whole store (every prefix; with etcd, every key of the etcd cluster, other
+  // applications' included).
   int64_t num_keys();
 
   // A view whose keys all live under "<prefix>/": lets independent groups share one server.
@@ -77,17 +105,18 @@ class Store {
   const std::string& endpoint_host() const;
   int port() const;
   std::chrono::milliseconds timeout() const;
-  // The protocol this client speaks with its server (never kAuto).
+  // The protocol this client speaks with its server (never kAuto); kModern for etcd, which
+  // speaks none of them (see backend_name()).
   StoreProtocol protocol() const;
-
-  struct Impl;
+  // Where the keys live: "tcp" (a c10d TCPStore server) or "etcd".
+  const char* backend_name() const;
 
  private:
-  Store(std::shared_ptr<Impl> impl, std::string prefix);
+  Store(std::shared_ptr<detail::StoreBackend> backend, std::string prefix);
   std::string full_key(const std::string& key) const;
   std::vector<std::string> full_keys(const std::vector<std::string>& keys) const;
 
-  std::shared_ptr<Impl> impl_;
+  std::shared_ptr<detail::StoreBackend> backend_;
   std::string prefix_;
 };
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <string>
 
+#include "comm/abort_notice.h"
 #include "comm/op_queue.h"
 #include "comm/reduce_kernels.h"
 #include "ddp/error.h"
@@ -102,6 +103,7 @@ Communicator::Communicator(int rank, int size, CommOptions options)
   recorder_->set_thresholds(
       std::chrono::seconds(settings::integer(settings::kHangWarnSec).value_or(60)),
       options_.timeout);
+  detail::AbortNotice::watch_file_from_environment(rank);
   // Chooses the reduction kernels now (DDP_ISA), so that a bad setting fails here, before
   // any peer waits on this rank, rather than inside the first collective.
   detail::reduce_kernels();

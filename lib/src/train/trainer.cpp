@@ -246,6 +246,12 @@ class FitRun {
   // per-rank batch is kept, so the global batch follows the world size and so does the rate.
   int reference_world_ = world_;
   double lr_scale_ = 1.0;
+  // Gradient accumulation (TrainerOptions::keep_global_batch): micro-batches per optimizer
+  // step, this one's index in the group, and the group's size (shorter at an epoch's end).
+  int64_t accumulate_ = 1;
+  int64_t micro_ = 0;
+  int64_t group_ = 1;
+  bool stop_voted_ = false;  // a stop voted for during the group, taken at its end
   int64_t global_step_ = 0;
   int64_t last_checkpoint_step_ = -1;  // the step of the last checkpoint; -1: none yet
   std::vector<int64_t> stop_flag_{0};
@@ -353,6 +359,18 @@ void FitRun::resume() {
     epoch_offset_ = 0;
   }
   lr_scale_ = static_cast<double>(world_) / static_cast<double>(reference_world_);
+  if (options_.keep_global_batch && world_ < reference_world_) {
+    accumulate_ = std::max<int64_t>(
+        1, std::llround(static_cast<double>(reference_world_) / static_cast<double>(world_)));
+    lr_scale_ = static_cast<double>(world_ * accumulate_) / static_cast<double>(reference_world_);
+    if (rank_ == 0) {
+      log::info(
+          "keeping the global batch: {} ranks accumulate {} micro-batches per optimizer step "
+          "({} images, the {} ranks' {}), learning rate x {}",
+          world_, accumulate_, world_ * accumulate_ * options_.data.batch_size, reference_world_,
+          int64_t{reference_world_} * options_.data.batch_size, lr_scale_);
+    }
+  }
   if (meta.world_size == world_ && loaded.rng_states.defined() &&
       loaded.rng_states.size(0) == world_) {
     set_rng_state(loaded.rng_states[rank_].contiguous());
@@ -360,8 +378,10 @@ void FitRun::resume() {
     log::warn(
         "checkpoint was written by {} ranks, this run has {}: the epoch goes on from sample "
         "position {} of {} (each remaining sample once), augmentation and dropout from a fresh "
-        "random stream, at a learning rate scaled by {}/{}",
-        meta.world_size, world_, epoch_offset_, train_set_.size(), world_, reference_world_);
+        "random stream, at a learning rate scaled by {:.4g} (world {} of the starting {}{})",
+        meta.world_size, world_, epoch_offset_, train_set_.size(), lr_scale_, world_,
+        reference_world_,
+        accumulate_ > 1 ? fmt::format(", {} micro-batches per step", accumulate_) : "");
     seed_rng(data::mix_seed(options_.seed, 0x5eed, static_cast<uint64_t>(rank_),
                             static_cast<uint64_t>(global_step_)));
   }
@@ -403,6 +423,7 @@ void FitRun::prepare() {
                            {"epoch_offset", epoch_offset_},
                            {"reference_world_size", int64_t{reference_world_}},
                            {"lr_scale", lr_scale_},
+                           {"accumulation_steps", accumulate_},
                            {"bf16", bf16_},
                            {"bf16_requested", options_.bf16},
                            {"seconds_since_process_start", seconds_since_process_start()}});
@@ -417,7 +438,8 @@ bool FitRun::train_epoch(EpochStats& stats) {
     const double loss = step(*batch);
     stats.loss_sum += loss;
     ++stats.loss_count;
-    ++stats.window_steps;
+    ++stats.window_steps;       // batches, which are micro-batches when accumulating
+    if (micro_ != 0) continue;  // in the middle of an accumulation group
     stats.comm_wait += ddp_->last_backward().wait_seconds;
 
     if (!first_step_done_) {
@@ -441,6 +463,13 @@ bool FitRun::train_epoch(EpochStats& stats) {
 }
 
 double FitRun::step(const data::Batch& batch) {
+  if (micro_ == 0) {
+    // The group's micro-batches: accumulate_, fewer where the epoch or the training ends first.
+    group_ = std::min(
+        {accumulate_, loader_.batches_per_epoch() - batch_in_epoch_, last_step_ - progress_step()});
+    group_ = std::max<int64_t>(group_, 1);
+  }
+  const bool last_micro = micro_ + 1 >= group_;
   const int64_t step_number = global_step_ + 1;
   trace_.begin_step(comm_, step_number);
   // Agree on stopping while this step computes: every rank leaves after the same step.
@@ -464,14 +493,15 @@ double FitRun::step(const data::Batch& batch) {
   // Compute time: the step's, less its waits for other ranks (rank 0's buffers, the gradients'
   // allreduces at the end of backward).
   const auto start = Clock::now();
-  set_learning_rate(*optimizer_, learning_rate(progress_step()));
+  // A group's rate is the one at its first micro-batch, where an unaccumulated step would be.
+  if (micro_ == 0) set_learning_rate(*optimizer_, learning_rate(progress_step()));
   double waits = 0;
-  if (has_buffers_) {
+  if (has_buffers_ && micro_ == 0) {
     ddp_->sync_buffers();
     waits += seconds_between(start, Clock::now());
     trace_.span("sync buffers", start, Clock::now(), step_number);
   }
-  optimizer_->zero_grad();
+  if (micro_ == 0) optimizer_->zero_grad();
   const auto forward_start = Clock::now();
   at::Tensor logits;
   {
@@ -482,21 +512,38 @@ double FitRun::step(const data::Batch& batch) {
   at::Tensor loss = torch::nn::functional::cross_entropy(logits.to(at::kFloat), batch.labels);
   const auto backward_start = Clock::now();
   trace_.span("forward", forward_start, backward_start, step_number);
-  loss.backward();
+  {
+    // All but a group's last micro-batch accumulate locally; the last one's backward averages
+    // the sum across ranks. Each contributes 1/group of the mean.
+    std::optional<DistributedDataParallel::NoSync> local;
+    if (!last_micro) local.emplace(ddp_->no_sync());
+    (group_ > 1 ? loss / static_cast<double>(group_) : loss).backward();
+  }
   const auto optimizer_start = Clock::now();
   trace_.span("backward", backward_start, optimizer_start, step_number);
-  optimizer_->step();
-  trace_.span("optimizer step", optimizer_start, Clock::now(), step_number);
-  waits += ddp_->last_backward().wait_seconds;
+  if (last_micro) {
+    optimizer_->step();
+    trace_.span("optimizer step", optimizer_start, Clock::now(), step_number);
+    waits += ddp_->last_backward().wait_seconds;
+  }
   const double step_seconds = seconds_between(start, Clock::now());
   stragglers_.add_step(step_seconds - waits, waits);
   live_.add_step(step_seconds, static_cast<std::uint64_t>(batch.labels.size(0)),
-                 ddp_->last_backward().wait_seconds, allreduce_bytes_per_step_);
-  ++global_step_;
+                 last_micro ? ddp_->last_backward().wait_seconds : 0.0,
+                 last_micro ? allreduce_bytes_per_step_ : 0.0);
   ++batch_in_epoch_;
   const double loss_value = loss.item<double>();
   stop_vote.wait();
-  stopping_ = stop_flag_[0] != 0;
+  stop_voted_ = stop_voted_ || stop_flag_[0] != 0;
+  if (last_micro) {
+    ++global_step_;
+    micro_ = 0;
+    // Only between optimizer steps, so that a checkpoint never holds half a group.
+    stopping_ = stop_voted_;
+    stop_voted_ = false;
+  } else {
+    ++micro_;
+  }
   trace_.end_step(comm_, step_number);
   return loss_value;
 }

@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "comm/abort_notice.h"
 #include "comm/fabric/fabric_communicator.h"
 #include "comm/fabric/fabric_connection.h"
 #include "comm/fabric/fabric_transport.h"
@@ -260,6 +261,46 @@ TEST_P(FabricProcesses, KilledPeerFailsTheOthersWithinTheTimeout) {
     });
     EXPECT_TRUE(testing::only_victim_was_killed(outcomes, victim));
   }
+}
+
+// ddprun's abort notice (a node declared lost): the ranks blocked in an op with a rank that has
+// gone silent give up on their next poll with a CommError carrying the launcher's reason, long
+// before the op's timeout.
+TEST_P(FabricProcesses, TheLaunchersAbortNoticeEndsABlockedOpWithItsReason) {
+  const auto [provider, n] = GetParam();
+  ScopedEnv select("DDP_FABRIC_PROVIDER", provider);
+  const int silent = n - 1;
+  const auto timeout = 30s;
+  auto outcomes = run_group(n, [&](int rank, std::shared_ptr<Store> store) {
+    auto comm = create_communicator("fabric", store, rank, n, with_timeout(timeout));
+    std::vector<float> values(1 << 16, 1.0f);
+    comm->allreduce(values);
+    if (rank == silent) {
+      std::this_thread::sleep_for(4s);  // as a node that vanished, for the others
+      try {
+        comm->allreduce(values);
+      } catch (const CommError&) {
+      }
+      return;
+    }
+    std::thread launcher([] {
+      std::this_thread::sleep_for(300ms);
+      detail::AbortNotice::raise("node 1 (pod-1) was lost: no heartbeat for 15.0 s");
+    });
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm->allreduce(values);
+      launcher.join();
+      require(false, "the allreduce completed without the silent rank");
+    } catch (const CommError& e) {
+      launcher.join();
+      const std::string what = e.what();
+      require(what.find("aborted by ddprun: node 1 (pod-1) was lost") != std::string::npos,
+              "the error lacks the launcher's reason: " + what);
+      require(std::chrono::steady_clock::now() - start < 3s, "gave up too late: " + what);
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
 }
 
 // A rank that finished the last op and exited must not fail the ranks still finishing it.

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <sstream>
 
@@ -301,36 +302,72 @@ TEST(DdprunProcess, SigkilledWorkerStopsEveryNodeWithTheSignalCode) {
   EXPECT_TRUE(wait_all_dead(all, seconds(10)));
 }
 
+// Two nodes of one worker each, beating every 0.3 s with a limit of 3 (0.9 s of silence).
+struct HeartbeatPair {
+  explicit HeartbeatPair(int port)
+      : node0(cmd(flags(0, port), worker()), {{"DDP_TIMEOUT_SEC", "600"}}),
+        node1(cmd(flags(1, port), worker()), {{"DDP_TIMEOUT_SEC", "600"}}) {}
+  static std::vector<std::string> flags(int node, int port) {
+    auto f = node_flags(node, port, 1);
+    f.insert(f.end(), {"--rdzv-conf", "keep_alive_interval=0.3,keep_alive_max_attempt=3"});
+    return f;
+  }
+  static std::vector<std::string> worker() {
+    return {kWorker, "--iterations", "100000", "--interval-ms", "20"};
+  }
+  // Once both run, `silent` stops without closing a socket; returns how long `other` took to
+  // exit (its code in `code`), at most 60 s.
+  std::chrono::steady_clock::duration silence(ChildProcess& silent, ChildProcess& other,
+                                              std::optional<int>& code) {
+    EXPECT_TRUE(node0.wait_for_output("first_allreduce", seconds(90))) << node0.output();
+    EXPECT_TRUE(node1.wait_for_output("first_allreduce", seconds(30))) << node1.output();
+    SilentNode stopped(silent);
+    EXPECT_TRUE(stopped.ok());
+    const auto start = std::chrono::steady_clock::now();
+    code = other.wait(seconds(60));
+    return std::chrono::steady_clock::now() - start;
+  }
+  ChildProcess node0;
+  ChildProcess node1;
+};
+
 TEST(DdprunProcess, ASilentNodeIsDeclaredLostByItsHeartbeatAndNamed) {
   // Node 1's agent and workers stop without closing a socket (SIGSTOP: as a node that loses
   // power or its network). Node 0 must not wait for the collective timeout: node 1's heartbeat
   // stops, node 0 names it as the root cause and exits with 70 within seconds.
+  HeartbeatPair pair(ddp::testing::free_tcp_port());
+  std::optional<int> code;
+  const auto took = pair.silence(pair.node1, pair.node0, code);
+  const std::string out = pair.node0.output();
+  EXPECT_EQ(code, ddp::exit_code::kComm) << out;
+  // 0.9 s of silence, the workers' 2 s to give up, no wait for the lost node's answer.
+  EXPECT_LT(took, seconds(20)) << out;
+  EXPECT_NE(out.find("root cause (first failure): node 1 ("), std::string::npos) << out;
+  EXPECT_NE(out.find("was lost: no heartbeat for 0.9 s"), std::string::npos) << out;
+  // Node 0's worker, blocked in a collective with the silent one, is told why and gives up
+  // with a CommError naming the lost node (comm/abort_notice.h), before the agent's SIGKILL.
+  EXPECT_NE(out.find("aborted by ddprun: node 1 ("), std::string::npos) << out;
+  EXPECT_EQ(out.find("sending SIGKILL"), std::string::npos) << out;
+  EXPECT_TRUE(wait_all_dead(printed_pids(out), seconds(10)));
+}
+
+TEST(DdprunProcess, AStoreHostThatFallsSilentStopsTheOtherNodesWithinTheHeartbeatLimit) {
+  // Node 0 serves the rendezvous store; its agent and worker stop without closing a socket.
+  // Node 1's next request goes unanswered: it must name node 0's host and exit within the
+  // heartbeat limit (0.9 s here), not after read_timeout (60 s) or the collective timeout.
   const int port = ddp::testing::free_tcp_port();
-  const std::vector<std::string> worker = {kWorker, "--iterations", "100000", "--interval-ms",
-                                           "20"};
-  auto flags0 = node_flags(0, port, 1);
-  auto flags1 = node_flags(1, port, 1);
-  for (auto* f : {&flags0, &flags1}) {
-    f->insert(f->end(), {"--rdzv-conf", "keep_alive_interval=0.3,keep_alive_max_attempt=3"});
-  }
-  ChildProcess node0(cmd(flags0, worker), {{"DDP_TIMEOUT_SEC", "600"}});
-  ChildProcess node1(cmd(flags1, worker), {{"DDP_TIMEOUT_SEC", "600"}});
-  ASSERT_TRUE(node1.wait_for_output("first_allreduce", seconds(90))) << node1.output();
-  ASSERT_TRUE(node0.wait_for_output("first_allreduce", seconds(30))) << node0.output();
-  const std::vector<pid_t> silent = {node1.pid(), printed_pids(node1.output()).at(0)};
-  for (pid_t p : silent) ASSERT_EQ(kill(p, SIGSTOP), 0);
-  const auto start = std::chrono::steady_clock::now();
-  const auto code = node0.wait(seconds(60));
-  const auto took = std::chrono::steady_clock::now() - start;
-  for (pid_t p : silent) kill(p, SIGKILL);
-  EXPECT_EQ(code, ddp::exit_code::kComm) << node0.output();
-  // 0.9 s of silence, 2 s to SIGKILL the blocked worker, no wait for the lost node's answer.
-  EXPECT_LT(took, seconds(20)) << node0.output();
-  EXPECT_NE(node0.output().find("root cause (first failure): node 1 ("), std::string::npos)
-      << node0.output();
-  EXPECT_NE(node0.output().find("was lost: no heartbeat for 0.9 s"), std::string::npos)
-      << node0.output();
-  EXPECT_TRUE(wait_all_dead(printed_pids(node0.output()), seconds(10)));
+  HeartbeatPair pair(port);
+  std::optional<int> code;
+  const auto took = pair.silence(pair.node0, pair.node1, code);
+  const std::string out = pair.node1.output();
+  EXPECT_EQ(code, ddp::exit_code::kRendezvous) << out;
+  EXPECT_LT(took, seconds(20)) << out;
+  EXPECT_NE(out.find("the rendezvous store's host (node 0, 127.0.0.1:" + std::to_string(port) +
+                     ") did not answer this node within 0.9 s"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("aborted by ddprun: the rendezvous store's host"), std::string::npos) << out;
+  EXPECT_TRUE(wait_all_dead(printed_pids(out), seconds(10)));
 }
 
 TEST(DdprunProcess, WorkerExitCodeReachesEveryNodeAndTheErrorFile) {

@@ -67,19 +67,21 @@ std::vector<at::Tensor> parameters_of(models::Classifier& m) {
   return out;
 }
 
-// Runs `body` on 2 gloo ranks (one intra-op thread each, a 30 s op timeout, 120 s in all);
-// true when every rank succeeded.
-bool on_two_ranks(const std::function<void(Communicator&)>& body) {
+// Runs `body` on `ranks` gloo ranks (one intra-op thread each, a 30 s op timeout, 120 s in
+// all); true when every rank succeeded.
+bool on_ranks(int ranks, const std::function<void(Communicator&)>& body) {
   testing::TestStoreServer server;
   CommOptions comm_options;
   comm_options.timeout = 30s;
-  auto outcomes = testing::run_with_communicators(server, "gloo", 2, comm_options, 120s,
+  auto outcomes = testing::run_with_communicators(server, "gloo", ranks, comm_options, 120s,
                                                   [&](Communicator& comm) {
                                                     torch::set_num_threads(1);
                                                     body(comm);
                                                   });
   return testing::all_ranks_succeeded(outcomes);
 }
+
+bool on_two_ranks(const std::function<void(Communicator&)>& body) { return on_ranks(2, body); }
 
 TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
   testing::TempDir dir;
@@ -116,6 +118,84 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
     require(!a.epochs.empty() && a.epochs.back().evaluated && a.epochs.back().eval.accuracy() > 0.6,
             "accuracy after training is too low");
   }));
+}
+
+// A classifier without dropout or batch statistics, so that the same samples in other groupings
+// give the same gradients.
+class LinearClassifier : public models::Classifier {
+ public:
+  explicit LinearClassifier(const models::ModelSpec& spec) : Classifier(spec) {
+    torch::manual_seed(5);
+    fc_ = register_module("fc", torch::nn::Linear(spec.height * spec.width, spec.num_classes));
+  }
+  at::Tensor forward(const at::Tensor& images) override { return fc_->forward(images.flatten(1)); }
+
+ private:
+  torch::nn::Linear fc_{nullptr};
+};
+
+TEST(Trainer, KeepGlobalBatchAccumulatesToTheStartingWorldsSteps) {
+  // 2 ranks train 2 steps and checkpoint; the job shrinks to 1 rank. With keep_global_batch, the
+  // one rank accumulates 2 micro-batches of 8 per optimizer step: the same 16 samples, the same
+  // mean gradient and the same rate as each step of the 2 ranks that go on instead. Without it,
+  // it takes twice the steps at half the rate, and the weights differ.
+  testing::TempDir dir;
+  const auto train_set = synthetic(96, 1);  // 6 steps per epoch at 2 ranks x 8
+  const auto test_set = synthetic(16, 2);
+  const models::ModelSpec spec{"linear_test", 1, 12, 12, 4};
+  const auto options = [&](const std::string& where) {
+    TrainerOptions o = small_options(dir.file(where));
+    o.epochs = 1;
+    o.data.transform.random_crop_flip = false;
+    o.evaluate_each_epoch = false;
+    return o;
+  };
+  const auto run = [&](int ranks, const std::string& where, int64_t max_steps, bool keep,
+                       const std::string& params_file) {
+    return on_ranks(ranks, [&](Communicator& comm) {
+      TrainerOptions o = options(where);
+      o.max_steps = max_steps;
+      o.keep_global_batch = keep;
+      auto model = std::make_shared<LinearClassifier>(spec);
+      const TrainResult r = Trainer(comm, model, train_set, test_set, o).fit();
+      if (comm.rank() == 0 && !params_file.empty()) {
+        std::vector<at::Tensor> params = parameters_of(*model);
+        torch::save(params, params_file);
+        std::ofstream(params_file + ".steps") << r.global_step;
+      }
+    });
+  };
+  ASSERT_TRUE(run(2, "two", 2, false, ""));
+  for (const char* copy : {"kept", "scaled"}) {
+    ASSERT_EQ(std::system(("cp -r " + dir.file("two") + " " + dir.file(copy)).c_str()), 0);
+  }
+  ASSERT_TRUE(run(2, "two", 0, false, dir.file("two.pt")));
+  ASSERT_TRUE(run(1, "kept", 0, true, dir.file("kept.pt")));
+  ASSERT_TRUE(run(1, "scaled", 0, false, dir.file("scaled.pt")));
+  const auto load = [&](const std::string& name) {
+    std::vector<at::Tensor> params;
+    torch::load(params, dir.file(name));
+    return params;
+  };
+  const auto steps = [&](const std::string& name) {
+    int64_t n = -1;
+    std::ifstream(dir.file(name + ".steps")) >> n;
+    return n;
+  };
+  EXPECT_EQ(steps("two.pt"), 6);
+  EXPECT_EQ(steps("kept.pt"), 6);     // 2 before the change, then 4 groups of 2 micro-batches
+  EXPECT_EQ(steps("scaled.pt"), 10);  // 2, then 8 steps of 8 images
+  const auto two = load("two.pt");
+  const auto kept = load("kept.pt");
+  const auto scaled = load("scaled.pt");
+  double kept_diff = 0;
+  double scaled_diff = 0;
+  for (std::size_t i = 0; i < two.size(); ++i) {
+    kept_diff = std::max(kept_diff, (two[i] - kept[i]).abs().max().item<double>());
+    scaled_diff = std::max(scaled_diff, (two[i] - scaled[i]).abs().max().item<double>());
+  }
+  EXPECT_LT(kept_diff, 1e-5);
+  EXPECT_GT(scaled_diff, 1e-3);
 }
 
 // The "ranks" records of a metrics file: each rank's compute per step, and the stragglers named.

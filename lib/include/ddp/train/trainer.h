@@ -40,6 +40,13 @@ struct TrainerOptions {
   uint64_t seed = 0;  // model initialisation is the caller's; this seeds data order and dropout
   DdpOptions ddp;
   bool bf16 = false;  // bfloat16 autocast for forward passes (weights and optimizer stay fp32)
+  // After a resume at a smaller world size (an elastic job that shrank): keep the global batch
+  // of the world the training began with by accumulating the gradients of k = reference /
+  // world micro-batches (rounded, at least 1) per optimizer step, instead of keeping the
+  // per-rank batch and scaling the learning rate down. The rate is scaled by world x k /
+  // reference, 1 when the sizes divide. Without it (the default), the rate scales with the
+  // world size. A world larger than the reference takes k = 1 either way.
+  bool keep_global_batch = false;
 
   std::string checkpoint_dir;    // empty: no checkpoints
   int64_t checkpoint_every = 0;  // steps between checkpoints; 0: only at epoch ends

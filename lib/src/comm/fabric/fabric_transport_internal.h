@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "comm/abort_notice.h"
 #include "comm/fabric/fabric_transport.h"
 #include "comm/fabric/op_deadline.h"
 
@@ -61,6 +62,7 @@ inline void FabricTransport::check_deadline(Clock::time_point now, int peer,
                                             const char* waiting_for) {
   if (deadline_.liveness_check_due(now)) check_awaited_peers_alive();
   if (deadline_.expired(now)) fail_deadline(peer, waiting_for);
+  if (AbortNotice::raised()) fail(peer, AbortNotice::message());
 }
 
 template <typename Call>

@@ -1,0 +1,37 @@
+#pragma once
+// An abort from outside the collectives. When ddprun stops a round for a reason the ranks
+// cannot see themselves — a node declared lost by its heartbeat, which vanished without closing
+// its connections, or the rendezvous store's host gone the same way — it writes the reason into
+// each worker's DDP_ABORT_FILE. A thread of the worker (started with its first communicator)
+// reads the file every 100 ms and raises the notice:
+// - libfabric's waits poll, and give up on their next idle poll with a CommError carrying the
+//   reason, which unwinds the collective in the calling thread like any other failure;
+// - gloo's waits block inside gloo (its synchronous pairs in read()), where nothing can wake
+//   them. So, as PyTorch's NCCL watchdog does, the thread ends the process after a grace of
+//   1 s if it still runs: it writes the CommError to the torchelastic error file, logs it, and
+//   exits with 70 (the collective's exit code), instead of the worker waiting for a peer that
+//   will never answer until the collective timeout.
+//
+// Process-wide, as the condition is: one notice ends every communicator of the process.
+#include <chrono>
+#include <string>
+
+namespace ddp::detail {
+
+class AbortNotice {
+ public:
+  static constexpr auto kGrace = std::chrono::milliseconds(1000);
+
+  static bool raised() noexcept;
+  // "" until raised.
+  static std::string reason();
+  // Sets the reason; the first one stays.
+  static void raise(const std::string& reason);
+  // Starts (once per process) the thread that reads DDP_ABORT_FILE, when it is set; `rank`
+  // names this process in the error.
+  static void watch_file_from_environment(int rank);
+  // What a wait that gave up says: "aborted by ddprun: <reason>".
+  static std::string message();
+};
+
+}  // namespace ddp::detail

@@ -1,0 +1,117 @@
+// The launcher's abort notice (comm/abort_notice.h): the first reason stands, and a watched
+// DDP_ABORT_FILE ends a process blocked where nothing can wake it with a CommError naming the
+// reason, in its error file and exit code. Process-wide state: every case runs in a forked child.
+#include "comm/abort_notice.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "ddp/exit_codes.h"
+
+namespace ddp::detail {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs `child` in a forked process (its exit code is what it returns) and waits for it, at most
+// `limit` (then SIGKILL). Returns the status and how long it took.
+std::pair<int, Clock::duration> in_child(int (*child)(), Clock::duration limit,
+                                         const std::function<void()>& meanwhile = {}) {
+  const auto start = Clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) _exit(child());
+  if (meanwhile) meanwhile();
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (Clock::now() - start > limit) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return {status, Clock::now() - start};
+}
+
+TEST(AbortNotice, TheFirstReasonStands) {
+  const auto [status, took] = in_child(
+      [] {
+        if (AbortNotice::raised() || !AbortNotice::reason().empty()) return 1;
+        AbortNotice::raise("node 1 (pod-1) was lost");
+        AbortNotice::raise("a later reason");
+        if (!AbortNotice::raised()) return 2;
+        if (AbortNotice::message() != "aborted by ddprun: node 1 (pod-1) was lost") return 3;
+        return 0;
+      },
+      10s);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+TEST(AbortNotice, WithoutTheFileNothingWatches) {
+  const auto [status, took] = in_child(
+      [] {
+        ::unsetenv("DDP_ABORT_FILE");
+        AbortNotice::watch_file_from_environment(0);
+        std::this_thread::sleep_for(1500ms);  // past the grace: nothing ends this process
+        return AbortNotice::raised() ? 1 : 0;
+      },
+      10s);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+TEST(AbortNotice, AWatchedFileEndsABlockedProcessWithTheCommErrorInItsErrorFile) {
+  char dir[] = "/tmp/ddp-abort-notice-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  static std::string abort_file, error_file;
+  abort_file = std::string(dir) + "/abort";
+  error_file = std::string(dir) + "/error.json";
+  const auto [status, took] = in_child(
+      [] {
+        ::setenv("DDP_ABORT_FILE", abort_file.c_str(), 1);
+        ::setenv("TORCHELASTIC_ERROR_FILE", error_file.c_str(), 1);
+        AbortNotice::watch_file_from_environment(3);
+        std::this_thread::sleep_for(30s);  // as a wait inside gloo: nothing wakes it
+        return 1;
+      },
+      20s,
+      [] {
+        std::this_thread::sleep_for(300ms);
+        std::ofstream(abort_file + ".partial") << "node 1 (pod-1) was lost: no heartbeat\n";
+        std::rename((abort_file + ".partial").c_str(), abort_file.c_str());
+      });
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), exit_code::kComm);
+  // Read within 100 ms, then the 1 s grace.
+  EXPECT_GE(took, 300ms + AbortNotice::kGrace);
+  EXPECT_LT(took, 300ms + AbortNotice::kGrace + 5s);
+  const std::string error = read_text(error_file);
+  EXPECT_NE(error.find("CommError"), std::string::npos) << error;
+  EXPECT_NE(error.find("aborted by ddprun: node 1 (pod-1) was lost: no heartbeat"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("collective failed on rank 3"), std::string::npos) << error;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ddp::detail
