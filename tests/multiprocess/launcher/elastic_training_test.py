@@ -10,8 +10,8 @@
           --max-restarts 0.
   vanish: both pods train; pod 1 drops off the network without a word (its link cut, its
           processes left running). Pod 0 must declare it lost by its heartbeat (3 x 5 s),
-          naming it, and go on alone from its last checkpoint, with --max-restarts 0; the time
-          is printed.
+          naming it, its trainer giving up with a CommError that names pod 1 (not killed), and
+          go on alone from its last checkpoint, with --max-restarts 0; the time is printed.
 Each is compared with fixed-size runs (1 pod, 2 pods) of the same training: every round and its
 world size must show in the logs, and the test accuracy must be within the tolerance of the
 fixed run of the size the training began with (same learning-rate policy: the rate given is for
@@ -297,6 +297,12 @@ def main():
                   declared and "round 0 ended for a change of members (node 1 (pod-1) was lost" in out0,
                   f"after {noticed:.1f} s: {out0[-500:]}")
             print(f"vanish: pod 1 was declared lost {noticed:.1f} s after its link was cut", flush=True)
+            # Pod 0's trainer, blocked in an allreduce with pod 1 (gloo), is told why and ends with
+            # the CommError naming pod 1, rather than waiting to be killed (comm/abort_notice.h).
+            check("vanish: pod 0's trainer gives up with a CommError naming the lost pod, unkilled",
+                  "aborted by ddprun: node 1 (pod-1) was lost" in out0
+                  and "sending SIGKILL" not in out0.split("was lost: no heartbeat")[-1].split("round 1:")[0],
+                  out0[-800:])
             check("vanish: pod 0 goes on alone with --max-restarts 0, from its last checkpoint, and finishes",
                   code == 0 and "restarting the group" not in out0
                   and "round 1: node 0 of 1, ranks 0..0 of 1" in out0
