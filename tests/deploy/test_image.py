@@ -131,13 +131,18 @@ def main():
     return 0 if all(results) else 1
 
 
+def build_target(args, target, tag):
+    """docker/build-offline --target TARGET --tag TAG; whether it built (a check)."""
+    started = time.monotonic()
+    build = subprocess.run([os.path.join(args.repo, "docker", "build-offline"), "--tag", tag,
+                            "--jobs", args.jobs, "--target", target])
+    print(f"image: the {target} target took {time.monotonic() - started:.0f} s", flush=True)
+    return check(f"the {target} target builds", build.returncode == 0, f"exit {build.returncode}")
+
+
 def etcd_image(args):
     """The etcd target (Debian's etcd-server), then the ElasticJob overlay with its etcd in it."""
-    started = time.monotonic()
-    build = subprocess.run([os.path.join(args.repo, "docker", "build-offline"), "--tag", args.etcd_tag,
-                            "--jobs", args.jobs, "--target", "etcd"])
-    print(f"image: the etcd target took {time.monotonic() - started:.0f} s", flush=True)
-    if not check("the etcd target builds", build.returncode == 0, f"exit {build.returncode}"):
+    if not build_target(args, "etcd", args.etcd_tag):
         return
     r = podman("run", "--rm", "--entrypoint", "sh", args.etcd_tag, "-c", "id -u; etcd --version")
     check("the etcd target runs etcd 3.4 or newer as uid 1000",
@@ -154,11 +159,7 @@ def etcd_image(args):
 
 def mpi_image(args):
     """The mpi target (the runtime image plus Open MPI and sshd), then the MPIJob overlay in it."""
-    started = time.monotonic()
-    build = subprocess.run([os.path.join(args.repo, "docker", "build-offline"), "--tag", args.mpi_tag,
-                            "--jobs", args.jobs, "--target", "mpi"])
-    print(f"image: the mpi target took {time.monotonic() - started:.0f} s", flush=True)
-    if not check("the mpi target builds", build.returncode == 0, f"exit {build.returncode}"):
+    if not build_target(args, "mpi", args.mpi_tag):
         return
     r = podman("run", "--rm", "--entrypoint", "sh", args.mpi_tag, "-c",
                "id -u; getent passwd ddp | cut -d: -f7; "
