@@ -183,6 +183,8 @@ void StoreRendezvous::connect_with_retry(Clock::time_point deadline) {
         return;
       } catch (const ddp::JoinRefusedError&) {
         throw;  // retrying cannot help
+      } catch (const ddp::StoreUnreachableError& e) {
+        why = e.cause();  // this loop says where, and for how long
       } catch (const ddp::StoreError& e) {
         why = e.what();
       }

@@ -3,6 +3,7 @@
 // and, where one is known, the fix. The launcher maps the subclasses to its exit codes.
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace ddp {
 
@@ -21,6 +22,19 @@ class ConfigError : public Error {
 class StoreError : public Error {
  public:
   using Error::Error;
+};
+
+// The store could not be reached within the time given (nothing answered, or not yet). cause()
+// is the last attempt's reason alone ("connection refused"), for a caller that retries itself
+// and words its own message.
+class StoreUnreachableError : public StoreError {
+ public:
+  StoreUnreachableError(const std::string& message, std::string cause)
+      : StoreError(message), cause_(std::move(cause)) {}
+  const std::string& cause() const { return cause_; }
+
+ private:
+  std::string cause_;
 };
 
 // The rendezvous store refused this agent: it lacks the job's join token, or has a wrong one.

@@ -326,8 +326,10 @@ class EtcdBackend final : public StoreBackend {
       if (last_cause.empty() || reply.code != CURLE_OPERATION_TIMEDOUT) last_cause = cause;
       const auto now = Clock::now();
       if (now >= deadline) {
-        throw StoreError("cannot reach etcd at " + where_ + " within " + seconds(connect_timeout) +
-                         " (" + last_cause + "); check --rdzv-endpoint and that etcd runs there");
+        throw StoreUnreachableError("cannot reach etcd at " + where_ + " within " +
+                                        seconds(connect_timeout) + " (" + last_cause +
+                                        "); check --rdzv-endpoint and that etcd runs there",
+                                    last_cause);
       }
       std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
       backoff = std::min(backoff * 2, milliseconds(1000));

@@ -165,6 +165,8 @@ TEST_F(EtcdRendezvous, AnUnreachableEtcdFailsWithinTheJoinTimeoutNamingIt) {
             std::string::npos)
       << a.output();
   EXPECT_NE(a.output().find("check that etcd runs there"), std::string::npos) << a.output();
+  // Said once, with the cause alone inside: not the store client's whole sentence again.
+  EXPECT_EQ(count_of(a.output(), "cannot reach etcd at"), 1) << a.output();
 }
 
 }  // namespace
