@@ -4,6 +4,9 @@
 #include "ddp/log.h"
 
 namespace ddp::detail {
+namespace {
+constexpr auto kTwoLevel = flight::name_code("2-level");
+}  // namespace
 
 TransportCommunicator::TransportCommunicator(int rank, int size, const CommOptions& options)
     : Communicator(rank, size, options) {}
@@ -67,7 +70,6 @@ collectives::Hierarchy TransportCommunicator::levels() const {
 void TransportCommunicator::do_allreduce(Buffer buffer, ReduceOp op) {
   guarded([&] {
     if (hierarchical()) {
-      constexpr auto kTwoLevel = flight::name_code("2-level");
       flight::Recorder::note_algorithm(kTwoLevel);
       return collectives::allreduce_hierarchical(levels(), buffer, op);
     }
@@ -86,11 +88,23 @@ void TransportCommunicator::do_broadcast(Buffer buffer, int root) {
 }
 
 void TransportCommunicator::do_allgather(Buffer input, Buffer output) {
-  guarded([&] { collectives::allgather(*job_.transport, input, output, job_.config); });
+  guarded([&] {
+    if (hierarchical() && collectives::gathers_hierarchically(levels(), output.bytes())) {
+      flight::Recorder::note_algorithm(kTwoLevel);
+      return collectives::allgather_hierarchical(levels(), topology(), input, output);
+    }
+    collectives::allgather(*job_.transport, input, output, job_.config);
+  });
 }
 
 void TransportCommunicator::do_reduce_scatter(Buffer input, Buffer output, ReduceOp op) {
-  guarded([&] { collectives::reduce_scatter(*job_.transport, input, output, op, job_.config); });
+  guarded([&] {
+    if (hierarchical() && collectives::gathers_hierarchically(levels(), input.bytes())) {
+      flight::Recorder::note_algorithm(kTwoLevel);
+      return collectives::reduce_scatter_hierarchical(levels(), topology(), input, output, op);
+    }
+    collectives::reduce_scatter(*job_.transport, input, output, op, job_.config);
+  });
 }
 
 void TransportCommunicator::do_barrier() {

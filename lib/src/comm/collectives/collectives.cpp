@@ -90,31 +90,35 @@ void broadcast_in_op(PeerTransport& transport, Buffer buffer, int root,
 
 void allgather(PeerTransport& transport, Buffer input, Buffer output,
                const AlgorithmConfig& config) {
-  const int n = transport.size();
-  const int r = transport.rank();
-  char* own = static_cast<char*>(output.data) + input.bytes() * static_cast<std::size_t>(r);
-  if (input.count > 0 && own != input.data) std::memmove(own, input.data, input.bytes());
-  if (n == 1) return;
+  if (transport.size() == 1) {
+    if (input.count > 0 && output.data != input.data) {
+      std::memmove(output.data, input.data, input.bytes());
+    }
+    return;
+  }
   OpScope scope(transport, CollectiveKind::kAllgather, input, config);
-  if (takes_direct(transport, input.bytes(), config)) {
-    allgather_direct(transport, input, output);
-    return scope.finish();
-  }
-  if (input.count == 0) {
-    barrier_in_op(transport, config);
-    return scope.finish();
-  }
+  allgather_in_op(transport, input, output, config);
+  scope.finish();
+}
+
+void allgather_in_op(PeerTransport& transport, Buffer input, Buffer output,
+                     const AlgorithmConfig& config) {
+  const int n = transport.size();
+  char* own =
+      static_cast<char*>(output.data) + input.bytes() * static_cast<std::size_t>(transport.rank());
+  if (input.count > 0 && own != input.data) std::memmove(own, input.data, input.bytes());
+  if (takes_direct(transport, input.bytes(), config))
+    return allgather_direct(transport, input, output);
+  if (input.count == 0) return barrier_in_op(transport, config);
   const auto layout =
       ring_layout(output.count, output.dtype, n, config, transport.max_message_bytes());
   transport.expose(output.data, output.bytes());
   run_ring(transport, output, RingPhases::kAllgather, nullptr, layout, config, nullptr);
-  scope.finish();
 }
 
 void reduce_scatter(PeerTransport& transport, Buffer input, Buffer output, ReduceOp op,
                     const AlgorithmConfig& config) {
   const int n = transport.size();
-  const int r = transport.rank();
   if (n == 1) {
     if (output.count > 0 && output.data != input.data) {
       std::memmove(output.data, input.data, output.bytes());
@@ -123,25 +127,26 @@ void reduce_scatter(PeerTransport& transport, Buffer input, Buffer output, Reduc
   }
   OpScope scope(transport, CollectiveKind::kReduceScatter, output, config,
                 static_cast<std::uint32_t>(op));
+  reduce_scatter_in_op(transport, input, output, Reduction(input.dtype, op, n), config);
+  scope.finish();
+}
+
+void reduce_scatter_in_op(PeerTransport& transport, Buffer input, Buffer output,
+                          const Reduction& reduction, const AlgorithmConfig& config) {
+  const int r = transport.rank();
   if (takes_direct(transport, input.bytes(), config)) {
-    reduce_scatter_direct(transport, input, output, Reduction(input.dtype, op, n));
-    return scope.finish();
+    return reduce_scatter_direct(transport, input, output, reduction);
   }
-  if (output.count == 0) {
-    barrier_in_op(transport, config);
-    return scope.finish();
-  }
+  if (output.count == 0) return barrier_in_op(transport, config);
   // The ring reduces in place; work on a copy so the caller's input stays untouched.
-  const auto layout =
-      ring_layout(input.count, input.dtype, n, config, transport.max_message_bytes());
+  const auto layout = ring_layout(input.count, input.dtype, transport.size(), config,
+                                  transport.max_message_bytes());
   const std::size_t work_bytes = (input.bytes() + 63) / 64 * 64;
   char* work = static_cast<char*>(transport.scratch(work_bytes + layout.slot_bytes(config)));
   std::memcpy(work, input.data, input.bytes());
   Buffer whole(work, input.count, input.dtype);
-  const Reduction reduction(input.dtype, op, n);
   run_ring(transport, whole, RingPhases::kReduceScatter, &reduction, layout, config,
            work + work_bytes);
-  scope.finish();
   std::memcpy(output.data, work + output.bytes() * static_cast<std::size_t>(r), output.bytes());
 }
 

@@ -1,5 +1,8 @@
 #include "comm/collectives/hierarchical.h"
 
+#include <cstring>
+#include <vector>
+
 #include "comm/collectives/collectives.h"
 #include "comm/collectives/op_scope.h"
 #include "comm/collectives/partition.h"
@@ -21,7 +24,27 @@ enum Stage : std::uint64_t {
   kLocalBroadcast,
   kLocalBarrier,
   kCrossBarrier,
+  kCrossAllgather,
+  kLocalAllgatherRows,
+  kLocalReduceScatterRows,
+  kCrossReduceScatter,
 };
+
+// Copies between the job's rank order and the two-level one, [local rank][node], in blocks of
+// `block` bytes: to_rows moves job order into rows, otherwise rows into job order.
+void permute(const Topology& topology, const char* from, char* to, std::size_t block,
+             bool to_rows) {
+  if (block == 0) return;
+  const int nodes = topology.nodes();
+  for (int n = 0; n < nodes; ++n) {
+    const std::vector<int>& members = topology.members(n);
+    for (std::size_t l = 0; l < members.size(); ++l) {
+      const std::size_t row = (l * static_cast<std::size_t>(nodes) + n) * block;
+      const std::size_t job = static_cast<std::size_t>(members[l]) * block;
+      std::memcpy(to + (to_rows ? row : job), from + (to_rows ? job : row), block);
+    }
+  }
+}
 
 }  // namespace
 
@@ -100,6 +123,56 @@ void allreduce_hierarchical(const Hierarchy& h, Buffer buffer, ReduceOp op) {
   OpScope scope(local, CollectiveKind::kAllreduce, buffer, h.local_config, detail, kLocalAllgather);
   local.expose(buffer.data, buffer.bytes());
   run_ring(local, buffer, RingPhases::kAllgather, nullptr, layout, h.local_config, nullptr);
+  scope.finish();
+}
+
+bool gathers_hierarchically(const Hierarchy& h, std::size_t output_bytes) {
+  return output_bytes >= h.cross_config.slice_from_bytes;
+}
+
+void allgather_hierarchical(const Hierarchy& h, const Topology& topology, Buffer input,
+                            Buffer output) {
+  const std::size_t nodes = static_cast<std::size_t>(h.cross.size());
+  const std::size_t block = input.bytes();
+  // This rank's row is [local rank][node] order's row local_rank: its counterparts' inputs.
+  std::vector<char> rows(output.bytes());
+  Buffer row(rows.data() + static_cast<std::size_t>(h.local.rank()) * nodes * block,
+             input.count * nodes, input.dtype);
+  {
+    OpScope scope(h.cross, CollectiveKind::kAllgather, input, h.cross_config, 0, kCrossAllgather);
+    allgather_in_op(h.cross, input, row, h.cross_config);
+    scope.finish();
+  }
+  {
+    OpScope scope(h.local, CollectiveKind::kAllgather, row, h.local_config, 0, kLocalAllgatherRows);
+    allgather_in_op(h.local, row, Buffer(rows.data(), output.count, output.dtype), h.local_config);
+    scope.finish();
+  }
+  permute(topology, rows.data(), static_cast<char*>(output.data), block, false);
+}
+
+void reduce_scatter_hierarchical(const Hierarchy& h, const Topology& topology, Buffer input,
+                                 Buffer output, ReduceOp op) {
+  const std::size_t nodes = static_cast<std::size_t>(h.cross.size());
+  const int world = h.local.size() * h.cross.size();
+  const auto detail = static_cast<std::uint32_t>(op);
+  std::vector<char> rows(input.bytes());
+  permute(topology, static_cast<const char*>(input.data), rows.data(), output.bytes(), true);
+  // After the node's reduce-scatter this rank holds its row: the blocks of its counterparts on
+  // every node, summed over this node.
+  std::vector<char> mine(nodes * output.bytes());
+  Buffer row(mine.data(), output.count * nodes, output.dtype);
+  {
+    OpScope scope(h.local, CollectiveKind::kReduceScatter, row, h.local_config, detail,
+                  kLocalReduceScatterRows);
+    reduce_scatter_in_op(h.local, Buffer(rows.data(), input.count, input.dtype), row,
+                         Reduction(input.dtype, partial_reduction(op), h.local.size()),
+                         h.local_config);
+    scope.finish();
+  }
+  OpScope scope(h.cross, CollectiveKind::kReduceScatter, output, h.cross_config, detail,
+                kCrossReduceScatter);
+  reduce_scatter_in_op(h.cross, row, output, Reduction(input.dtype, op, world), h.cross_config);
   scope.finish();
 }
 

@@ -61,6 +61,22 @@ struct Hierarchy {
 // Same contract as collectives::allreduce; kAvg divides once, fused into the step that completes
 // each element, so the result is the flat one (bit for bit with integer-valued data).
 void allreduce_hierarchical(const Hierarchy& h, Buffer buffer, ReduceOp op);
+// Whether an allgather whose output holds `output_bytes`, or a reduce-scatter whose input does,
+// takes the two-level path: from the cross level's slice_from_bytes up, as for the allreduce's
+// slices; below it the flat collective's one round costs less than two.
+bool gathers_hierarchically(const Hierarchy& h, std::size_t output_bytes);
+// Each rank's input goes across nodes to its counterparts (allgather among the ranks with its
+// local index: N blocks), then the node allgathers those rows (N·L blocks), which are copied to
+// the output in the job's rank order (`topology`: which rank is local rank l of node n). A node's
+// link carries (N-1)·L blocks out, against (N·L-1) on the flat ring's one crossing.
+void allgather_hierarchical(const Hierarchy& h, const Topology& topology, Buffer input,
+                            Buffer output);
+// The mirror image: the input's blocks are arranged by local rank, the node reduce-scatters them
+// so that each local rank holds its N counterparts' blocks summed over the node, and those N
+// blocks are reduce-scattered across nodes. Same contract as collectives::reduce_scatter, kAvg
+// dividing once in the last step.
+void reduce_scatter_hierarchical(const Hierarchy& h, const Topology& topology, Buffer input,
+                                 Buffer output, ReduceOp op);
 // The root's counterparts get the buffer across nodes, then every node broadcasts it inside.
 void broadcast_hierarchical(const Hierarchy& h, Buffer buffer, int root_node, int root_local_rank);
 // Inside the node, then across: a rank leaves the cross barrier only after every rank of every

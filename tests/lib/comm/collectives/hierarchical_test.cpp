@@ -146,6 +146,78 @@ TEST_P(Hierarchical, BroadcastDeliversTheRootsBufferFromEveryRoot) {
   }
 }
 
+// Job ranks laid out node by node (rank = node·L + local) and round robin (rank = local·N + node,
+// as a launcher that deals ranks across pods would): the gathered blocks must land in job order.
+std::vector<Topology> placements(Shape shape) {
+  const int world = shape.nodes * shape.local;
+  std::vector<std::string> by_node(world);
+  std::vector<std::string> round_robin(world);
+  for (int r = 0; r < world; ++r) {
+    by_node[r] = "n" + std::to_string(r / shape.local);
+    round_robin[r] = "n" + std::to_string(r % shape.nodes);
+  }
+  return {Topology(by_node, 0), Topology(round_robin, 0)};
+}
+
+TEST_P(Hierarchical, AllgatherAndReduceScatterAreExactInJobRankOrder) {
+  const Shape shape = GetParam();
+  const int world = shape.nodes * shape.local;
+  AlgorithmConfig direct = round_config();
+  direct.slice_from_bytes = 0;
+  const std::pair<const char*, AlgorithmConfig> configs[] = {{"ring", ring_config(64)},
+                                                             {"direct", direct}};
+  for (const Topology& topology : placements(shape)) {
+    // The job rank of thread (node, local).
+    auto job_rank = [&](int node, int local) { return topology.members(node)[local]; };
+    for (const auto& [name, config] : configs) {
+      for (DataType dtype : testing::all_dtypes()) {
+        for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{333}}) {
+          SCOPED_TRACE(std::string(name) + " " + to_string(dtype) + " count " +
+                       std::to_string(count) + " rank 1 on node " +
+                       std::to_string(topology.node_of(1)));
+          std::vector<TypedBuffer> inputs(world, TypedBuffer(count, dtype));
+          std::vector<TypedBuffer> outputs(world, TypedBuffer(count * world, dtype));
+          for (int r = 0; r < world; ++r) {
+            for (std::size_t i = 0; i < count; ++i) inputs[r].set(i, value(r, i));
+          }
+          run_hierarchy(shape, config, config, [&](const Hierarchy& h, int node, int local) {
+            const int r = job_rank(node, local);
+            allgather_hierarchical(h, topology, inputs[r].view(), outputs[r].view());
+          });
+          for (int r = 0; r < world; ++r) {
+            for (int from = 0; from < world; ++from) {
+              for (std::size_t i = 0; i < count; ++i) {
+                ASSERT_EQ(outputs[r].get(from * count + i), value(from, i))
+                    << "rank " << r << " block " << from << " element " << i;
+              }
+            }
+          }
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax}) {
+            SCOPED_TRACE(to_string(op));
+            std::vector<TypedBuffer> whole(world, TypedBuffer(count * world, dtype));
+            std::vector<TypedBuffer> mine(world, TypedBuffer(count, dtype));
+            for (int r = 0; r < world; ++r) {
+              for (std::size_t i = 0; i < count * world; ++i) whole[r].set(i, value(r, i));
+            }
+            const std::vector<TypedBuffer> untouched = whole;
+            run_hierarchy(shape, config, config, [&](const Hierarchy& h, int node, int local) {
+              const int r = job_rank(node, local);
+              reduce_scatter_hierarchical(h, topology, whole[r].view(), mine[r].view(), op);
+            });
+            for (int r = 0; r < world; ++r) {
+              ASSERT_EQ(whole[r].bytes, untouched[r].bytes) << "rank " << r << "'s input changed";
+              for (std::size_t i = 0; i < count; ++i) {
+                ASSERT_EQ(mine[r].get(i), expected(op, world, r * count + i, dtype))
+                    << "rank " << r << " element " << i;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_P(Hierarchical, BarrierHoldsEveryRankUntilTheLastEnters) {
   const Shape shape = GetParam();
   const int world = shape.nodes * shape.local;
