@@ -81,6 +81,7 @@ const std::vector<const Setting*>& all() {
                                                     &kPipelineDepth,
                                                     &kRingOrder,
                                                     &kHierarchySliceBytes,
+                                                    &kHierarchyPieceBytes,
                                                     &kHangWarnSec,
                                                     &kPyStackSignal,
                                                     &kFlightRecorderEntries,

@@ -174,6 +174,18 @@ inline constexpr Setting kHierarchySliceBytes{
     "library",
     "From this payload up a hierarchical allreduce sends each local rank's slice across nodes; "
     "below it every local rank sends the whole node-reduced buffer."};
+inline constexpr Setting kHierarchyPieceBytes{
+    "DDP_HIERARCHY_PIECE_BYTES",
+    Type::kBytes,
+    "per transport (gloo 1 MiB, fabric 0)",
+    0,
+    kGiB,
+    "",
+    "",
+    "library",
+    "A hierarchical allreduce of at least twice this runs in pieces of at least this size (at "
+    "most 64), each piece crossing nodes on a second thread while the node reduce-scatters the "
+    "next and allgathers the previous one; 0: one piece, the three steps in turn."};
 
 // --- The flight recorder and hang warnings (launcher/README.md, "Hang diagnosis") ---------------
 inline constexpr Setting kHangWarnSec{

@@ -46,6 +46,7 @@ struct CommOptions {
   std::optional<int> pipeline_depth;                 // DDP_PIPELINE_DEPTH
   std::optional<RingOrder> ring_order;               // DDP_RING_ORDER
   std::optional<std::size_t> hierarchy_slice_bytes;  // DDP_HIERARCHY_SLICE_BYTES
+  std::optional<std::size_t> hierarchy_piece_bytes;  // DDP_HIERARCHY_PIECE_BYTES
   std::optional<std::string> socket_ifname;          // DDP_SOCKET_IFNAME
   std::optional<std::string> fabric_provider;        // DDP_FABRIC_PROVIDER
 };

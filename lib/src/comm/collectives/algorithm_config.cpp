@@ -49,7 +49,8 @@ std::uint64_t AlgorithmConfig::fingerprint() const {
   for (std::uint64_t value :
        {std::uint64_t{direct_bytes}, std::uint64_t{ring_threshold_bytes},
         std::uint64_t{chunk_bytes}, std::uint64_t{min_chunk_bytes},
-        static_cast<std::uint64_t>(ring_order), std::uint64_t{slice_from_bytes}}) {
+        static_cast<std::uint64_t>(ring_order), std::uint64_t{slice_from_bytes},
+        std::uint64_t{piece_bytes}, std::uint64_t{ring_for_two_ranks}}) {
     hash = (hash ^ value) * 0x100000001b3ULL;
   }
   return hash;
@@ -86,6 +87,8 @@ AlgorithmConfig AlgorithmConfig::resolve(AlgorithmConfig defaults, const CommOpt
   config.slice_from_bytes =
       pick_number(options.hierarchy_slice_bytes, settings::kHierarchySliceBytes,
                   "hierarchy_slice_bytes", config.slice_from_bytes);
+  config.piece_bytes = pick_number(options.hierarchy_piece_bytes, settings::kHierarchyPieceBytes,
+                                   "hierarchy_piece_bytes", config.piece_bytes);
   return config;
 }
 

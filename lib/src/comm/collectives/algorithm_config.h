@@ -45,6 +45,18 @@ struct AlgorithmConfig {
   // inside the node and sends each rank's 1/L slice across nodes (hierarchical.h); below it the
   // node reduces the whole buffer and every local rank sends all of it.
   std::size_t slice_from_bytes = 8 * 1024;
+  // Whether two ranks use the ring from ring_threshold_bytes (else recursive doubling at every
+  // size, one exchange of the whole buffer). Between two ranks the two move the same bytes, the
+  // ring in two dependent steps with a few chunks in flight, doubling in one with all of it in
+  // flight: over gloo's TCP pairs that kept a shaped link 97-98 % busy against the ring's
+  // 67-86 % (bench/results/2026-11-29-two-rank-doubling.txt). On shared memory the ring's overlap
+  // of the copy with the reduction wins, and libfabric's TCP keeps the ring (provider_tuning.cpp).
+  // A transport's default, not a setting.
+  bool ring_for_two_ranks = true;
+  // DDP_HIERARCHY_PIECE_BYTES: a sliced hierarchical allreduce of at least twice this runs in
+  // pieces of at least this size, at most kMaxPieces, pipelined (hierarchical.h); 0: one piece.
+  std::size_t piece_bytes = std::size_t{1} << 20;
+  static constexpr std::size_t kMaxPieces = 64;
 
   // A hash of the settings that shape messages; ranks must agree on it (it travels in the op
   // header).

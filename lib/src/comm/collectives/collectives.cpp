@@ -26,8 +26,11 @@ AllreduceAlgorithm choose_allreduce(const PeerTransport& transport, std::size_t 
       if (takes_direct(transport, bytes, config)) return AllreduceAlgorithm::kDirect;
       break;
   }
-  const bool ring_pays =
-      bytes >= config.ring_threshold_bytes && count >= static_cast<std::size_t>(ranks);
+  // Two ranks may exchange the whole buffer instead, where one message carries it.
+  const bool two_exchange =
+      ranks == 2 && !config.ring_for_two_ranks && bytes <= transport.max_message_bytes();
+  const bool ring_pays = bytes >= config.ring_threshold_bytes &&
+                         count >= static_cast<std::size_t>(ranks) && !two_exchange;
   return ring_pays ? AllreduceAlgorithm::kRing : AllreduceAlgorithm::kRecursiveDoubling;
 }
 

@@ -1,6 +1,11 @@
 #include "comm/collectives/hierarchical.h"
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "comm/collectives/collectives.h"
@@ -78,6 +83,124 @@ std::string describe(const HierarchyDecision& decision, const std::string& insid
   return "hierarchical (" + inside + " inside nodes, " + between + " between them)";
 }
 
+namespace {
+
+// The three steps of a sliced allreduce, for one piece of the buffer.
+// Reduces `piece` over the node; returns this rank's slice of it (the ring's block local_rank).
+Buffer reduce_scatter_in_node(const Hierarchy& h, Buffer piece, ReduceOp op) {
+  PeerTransport& local = h.local;
+  const int l = local.size();
+  const auto layout =
+      ring_layout(piece.count, piece.dtype, l, h.local_config, local.max_message_bytes());
+  OpScope scope(local, CollectiveKind::kAllreduce, piece, h.local_config,
+                static_cast<std::uint32_t>(op), kLocalReduceScatter);
+  local.expose(piece.data, piece.bytes());
+  char* slots = static_cast<char*>(local.scratch(layout.slot_bytes(h.local_config)));
+  const Reduction sum(piece.dtype, partial_reduction(op), l);
+  run_ring(local, piece, RingPhases::kReduceScatter, &sum, layout, h.local_config, slots);
+  scope.finish();
+  const Piece mine =
+      partition(piece.count, static_cast<std::size_t>(l), static_cast<std::size_t>(local.rank()));
+  return Buffer(static_cast<char*>(piece.data) + mine.offset * element_size(piece.dtype),
+                mine.count, piece.dtype);
+}
+
+void allreduce_across_nodes(const Hierarchy& h, Buffer slice, ReduceOp op) {
+  OpScope scope(h.cross, CollectiveKind::kAllreduce, slice, h.cross_config,
+                static_cast<std::uint32_t>(op), kCrossSlice);
+  allreduce_in_op(h.cross, slice, Reduction(slice.dtype, op, h.local.size() * h.cross.size()),
+                  h.cross_config);
+  scope.finish();
+}
+
+void allgather_in_node(const Hierarchy& h, Buffer piece, ReduceOp op) {
+  PeerTransport& local = h.local;
+  const auto layout = ring_layout(piece.count, piece.dtype, local.size(), h.local_config,
+                                  local.max_message_bytes());
+  OpScope scope(local, CollectiveKind::kAllreduce, piece, h.local_config,
+                static_cast<std::uint32_t>(op), kLocalAllgather);
+  local.expose(piece.data, piece.bytes());
+  run_ring(local, piece, RingPhases::kAllgather, nullptr, layout, h.local_config, nullptr);
+  scope.finish();
+}
+
+// The steps across nodes of a pipelined allreduce, on a thread of their own: the caller submits
+// each piece's slice when the node has reduced it and waits for it before the node allgathers
+// it. Only this thread touches the cross transport while it runs, only the caller the local one.
+class AcrossNodes {
+ public:
+  AcrossNodes(const Hierarchy& h, ReduceOp op) : h_(h), op_(op), thread_([this] { run(); }) {}
+  // Joins after the piece being sent, if any; pieces not yet started are dropped (the caller is
+  // failing, and the transports' abort tells the other nodes).
+  ~AcrossNodes() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  AcrossNodes(const AcrossNodes&) = delete;
+  AcrossNodes& operator=(const AcrossNodes&) = delete;
+
+  void submit(Buffer slice) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(slice);
+    }
+    changed_.notify_all();
+  }
+  // Until the piece'th submitted slice is allreduced; rethrows the step's error.
+  void wait(std::size_t piece) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return done_ > piece || error_; });
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void run() {
+    for (std::size_t next = 0;; ++next) {
+      Buffer slice;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [&] { return stopping_ || queue_.size() > next; });
+        if (stopping_) return;
+        slice = queue_[next];
+      }
+      try {
+        allreduce_across_nodes(h_, slice, op_);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        error_ = std::current_exception();
+        changed_.notify_all();
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        done_ = next + 1;
+      }
+      changed_.notify_all();
+    }
+  }
+
+  const Hierarchy& h_;
+  const ReduceOp op_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<Buffer> queue_;
+  std::size_t done_ = 0;
+  std::exception_ptr error_;
+  bool stopping_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+}  // namespace
+
+std::size_t pipeline_pieces(const AlgorithmConfig& cross_config, std::size_t bytes) {
+  if (cross_config.piece_bytes == 0) return 1;
+  return std::clamp<std::size_t>(bytes / cross_config.piece_bytes, 1, AlgorithmConfig::kMaxPieces);
+}
+
 void allreduce_hierarchical(const Hierarchy& h, Buffer buffer, ReduceOp op) {
   PeerTransport& local = h.local;
   PeerTransport& cross = h.cross;
@@ -99,31 +222,28 @@ void allreduce_hierarchical(const Hierarchy& h, Buffer buffer, ReduceOp op) {
     scope.finish();
     return;
   }
-  const auto layout =
-      ring_layout(buffer.count, buffer.dtype, l, h.local_config, local.max_message_bytes());
-  {
-    OpScope scope(local, CollectiveKind::kAllreduce, buffer, h.local_config, detail,
-                  kLocalReduceScatter);
-    local.expose(buffer.data, buffer.bytes());
-    char* slots = static_cast<char*>(local.scratch(layout.slot_bytes(h.local_config)));
-    const Reduction sum(buffer.dtype, partial_reduction(op), l);
-    run_ring(local, buffer, RingPhases::kReduceScatter, &sum, layout, h.local_config, slots);
-    scope.finish();
+  // Every piece keeps at least one element per local rank.
+  const std::size_t pieces = std::min(pipeline_pieces(h.cross_config, buffer.bytes()),
+                                      buffer.count / static_cast<std::size_t>(l));
+  auto piece = [&](std::size_t k) {
+    const Piece p = partition(buffer.count, pieces, k);
+    return Buffer(static_cast<char*>(buffer.data) + p.offset * element_size(buffer.dtype), p.count,
+                  buffer.dtype);
+  };
+  if (pieces == 1) {
+    allreduce_across_nodes(h, reduce_scatter_in_node(h, buffer, op), op);
+    return allgather_in_node(h, buffer, op);
   }
-  // The ring left block local_rank reduced over this node on this rank.
-  const Piece piece =
-      partition(buffer.count, static_cast<std::size_t>(l), static_cast<std::size_t>(local.rank()));
-  Buffer slice(static_cast<char*>(buffer.data) + piece.offset * element_size(buffer.dtype),
-               piece.count, buffer.dtype);
-  {
-    OpScope scope(cross, CollectiveKind::kAllreduce, slice, h.cross_config, detail, kCrossSlice);
-    allreduce_in_op(cross, slice, Reduction(buffer.dtype, op, world), h.cross_config);
-    scope.finish();
+  // Piece k crosses nodes while the node reduce-scatters piece k+1 and allgathers piece k-1.
+  AcrossNodes across(h, op);
+  for (std::size_t k = 0; k < pieces; ++k) {
+    across.submit(reduce_scatter_in_node(h, piece(k), op));
+    if (k == 0) continue;
+    across.wait(k - 1);
+    allgather_in_node(h, piece(k - 1), op);
   }
-  OpScope scope(local, CollectiveKind::kAllreduce, buffer, h.local_config, detail, kLocalAllgather);
-  local.expose(buffer.data, buffer.bytes());
-  run_ring(local, buffer, RingPhases::kAllgather, nullptr, layout, h.local_config, nullptr);
-  scope.finish();
+  across.wait(pieces - 1);
+  allgather_in_node(h, piece(pieces - 1), op);
 }
 
 bool gathers_hierarchically(const Hierarchy& h, std::size_t output_bytes) {

@@ -60,7 +60,14 @@ struct Hierarchy {
 // nodes, and the node allgathers.
 // Same contract as collectives::allreduce; kAvg divides once, fused into the step that completes
 // each element, so the result is the flat one (bit for bit with integer-valued data).
+//
+// A sliced allreduce of at least twice the cross level's piece_bytes runs in pieces (at most
+// AlgorithmConfig::kMaxPieces): a second thread takes each piece across nodes while this one
+// reduce-scatters the next piece inside the node and allgathers the previous one, so the node's
+// two steps hide behind the network's but for the first and the last piece.
 void allreduce_hierarchical(const Hierarchy& h, Buffer buffer, ReduceOp op);
+// How many pieces that pipeline cuts a `bytes` buffer into (1: no pipeline).
+std::size_t pipeline_pieces(const AlgorithmConfig& cross_config, std::size_t bytes);
 // Whether an allgather whose output holds `output_bytes`, or a reduce-scatter whose input does,
 // takes the two-level path: from the cross level's slice_from_bytes up, as for the allreduce's
 // slices; below it the flat collective's one round costs less than two.

@@ -4,6 +4,11 @@ namespace ddp::detail::fabric {
 
 collectives::AlgorithmConfig algorithm_defaults(const std::string& provider) {
   collectives::AlgorithmConfig config;
+  // A hierarchical allreduce in one piece: the pipeline's second thread polls the completion
+  // queue as this one does, and two polling threads per rank cost more than the overlap gains
+  // (2 pods x 2 ranks on 2 vCPUs: 66-71 % of the link against 81-89 % in one piece at 16-64 MiB,
+  // bench/results/2026-11-29-hierarchy-pipeline.txt). gloo's second thread sleeps in read().
+  config.piece_bytes = 0;
   const bool tcp = provider.find("tcp") != std::string::npos;
   const bool shm = provider == "shm";
   if (tcp || shm) {
@@ -26,6 +31,11 @@ collectives::AlgorithmConfig algorithm_defaults(const std::string& provider) {
     // the ranks' cores measured; from 1 MiB up it depends on the placement, and the ring moves
     // fewer bytes on more than 2 ranks (bench/README.md, "The libfabric backend").
     config.ring_threshold_bytes = std::size_t{512} << 10;
+    // Two ranks keep the ring. Exchanging the whole buffer (algorithm_config.h) took a job of
+    // 2 pods x 1 rank from 65-90 % of a shaped 1 Gbit/s link to 93-98 %, but on the hierarchical
+    // level between 2 pods x 2 ranks (two such exchanges at once beside the node's polling
+    // ranks) it lost at 16-64 MiB: 49-67 % against the ring's 75-90 %
+    // (bench/results/2026-11-29-two-rank-doubling.txt).
   }
   return config;
 }

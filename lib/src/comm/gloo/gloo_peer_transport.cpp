@@ -63,6 +63,8 @@ collectives::AlgorithmConfig gloo_algorithm_defaults() {
   // with its reduction (bench/README.md, "The Gloo backend").
   config.chunk_bytes = std::size_t{4} << 20;
   config.min_chunk_bytes = std::size_t{1} << 20;
+  // Two ranks past the round exchange the whole buffer instead (algorithm_config.h).
+  config.ring_for_two_ranks = false;
   // A hierarchical allreduce sends the whole buffer across nodes while one message of the
   // exchange mesh carries it (the node's and the cross-node rounds, nothing else).
   config.slice_from_bytes = GlooDirectExchange::kMaxPayloadBytes + 1;

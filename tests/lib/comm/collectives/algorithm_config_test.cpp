@@ -25,6 +25,7 @@ struct CleanEnv {
   ScopedEnv depth{"DDP_PIPELINE_DEPTH", nullptr};
   ScopedEnv order{"DDP_RING_ORDER", nullptr};
   ScopedEnv slice{"DDP_HIERARCHY_SLICE_BYTES", nullptr};
+  ScopedEnv piece{"DDP_HIERARCHY_PIECE_BYTES", nullptr};
 };
 
 TEST(AlgorithmConfig, GlooTakesOneRoundUpToOneMiBSentPerRankThenTheRing) {
@@ -34,6 +35,8 @@ TEST(AlgorithmConfig, GlooTakesOneRoundUpToOneMiBSentPerRankThenTheRing) {
   EXPECT_EQ(gloo.chunk_bytes, 4u << 20);
   EXPECT_EQ(gloo.min_chunk_bytes, 1u << 20);
   EXPECT_EQ(gloo.slice_from_bytes, (64u << 10) + 1);
+  EXPECT_EQ(gloo.piece_bytes, 1u << 20) << "gloo's hierarchical allreduce runs pipelined";
+  EXPECT_FALSE(gloo.ring_for_two_ranks);
   EXPECT_EQ(AlgorithmConfig{}.direct_bytes, 0u) << "one-round collectives are opt-in";
 }
 
@@ -43,11 +46,13 @@ TEST(AlgorithmConfig, TheEnvironmentOverridesTheTransportsDefaults) {
   ScopedEnv direct("DDP_DIRECT_BYTES", "4096");
   ScopedEnv algorithm("DDP_ALGORITHM", "direct");
   ScopedEnv slice("DDP_HIERARCHY_SLICE_BYTES", "1024");
+  ScopedEnv piece("DDP_HIERARCHY_PIECE_BYTES", "0");
   const auto config = AlgorithmConfig::resolve(gloo_algorithm_defaults(), {});
   EXPECT_EQ(config.ring_threshold_bytes, 131072u);
   EXPECT_EQ(config.direct_bytes, 4096u);
   EXPECT_EQ(config.allreduce, AllreduceAlgorithm::kDirect);
   EXPECT_EQ(config.slice_from_bytes, 1024u);
+  EXPECT_EQ(config.piece_bytes, 0u);
   EXPECT_EQ(config.chunk_bytes, 4u << 20) << "an unset variable keeps the default";
 }
 

@@ -338,6 +338,28 @@ TEST(DirectCollectives, ARoundIsTakenBelowTheBytesSentPerRankAndWhereThePayloadF
   EXPECT_EQ(unbounded.transport(0)->round_payload_bytes(), (std::size_t{64} << 20) / 4);
 }
 
+// A transport may have two ranks exchange the whole buffer (recursive doubling's one step)
+// where others take the ring, up to the largest message.
+TEST(ChooseAllreduce, TwoRanksTakeDoublingAtEverySizeWhereTheTransportSaysSo) {
+  InMemoryNetwork pair(2, kTimeout);
+  pair.set_max_message_bytes(1 << 20);
+  auto transport = pair.transport(0);
+  AlgorithmConfig config;
+  config.ring_threshold_bytes = 0;
+  EXPECT_EQ(choose_allreduce(*transport, 4096, 1024, config), AllreduceAlgorithm::kRing);
+  config.ring_for_two_ranks = false;
+  EXPECT_EQ(choose_allreduce(*transport, 4096, 1024, config),
+            AllreduceAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(choose_allreduce(*transport, 1 << 20, 1 << 18, config),
+            AllreduceAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(choose_allreduce(*transport, (1 << 20) + 4, (1 << 18) + 1, config),
+            AllreduceAlgorithm::kRing)
+      << "past the largest message the ring";
+  InMemoryNetwork three(3, kTimeout);
+  EXPECT_EQ(choose_allreduce(*three.transport(0), 4096, 1024, config), AllreduceAlgorithm::kRing)
+      << "three ranks: doubling would send more bytes than the ring";
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 5, 7, 8),
                          [](const auto& info) { return "ranks" + std::to_string(info.param); });
 

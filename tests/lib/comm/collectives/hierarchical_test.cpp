@@ -91,10 +91,14 @@ TEST_P(Hierarchical, AllreduceIsExactForEveryDtypeAndOp) {
   direct.allreduce = AllreduceAlgorithm::kAuto;
   direct.direct_bytes = 12 * 1024;
   direct.slice_from_bytes = 4 * 1024;
-  const std::pair<const char*, AlgorithmConfig> configs[] = {{"auto", AlgorithmConfig{}},
-                                                             {"ring", ring_config(96)},
-                                                             {"doubling", doubling},
-                                                             {"direct", direct}};
+  // Pieces of 1 KiB: the larger counts run pipelined, up to 40 pieces, the others in one.
+  AlgorithmConfig pieces = ring_config(256);
+  pieces.piece_bytes = 1024;
+  AlgorithmConfig direct_pieces = direct;
+  direct_pieces.piece_bytes = 1024;
+  const std::pair<const char*, AlgorithmConfig> configs[] = {
+      {"auto", AlgorithmConfig{}}, {"ring", ring_config(96)}, {"doubling", doubling},
+      {"direct", direct},          {"ring pieces", pieces},   {"direct pieces", direct_pieces}};
   // 0 and 1 elements, fewer elements than local ranks, and both sides of the slice switch in
   // every element size.
   const std::size_t counts[] = {0, 1, 3, 257, 1025, 2053, 5003};
@@ -263,6 +267,40 @@ TEST(HierarchicalFailure, AMissingRankTimesOutEveryRankThatWaitsForIt) {
       },
       std::chrono::milliseconds(500));
   EXPECT_EQ(timed_out.load(), 3);
+}
+
+// The same with the pipeline: the missing rank's node and counterparts fail, whichever thread
+// (the node's steps or the steps across nodes) waits for it, and no thread is left behind.
+TEST(HierarchicalFailure, AMissingRankFailsThePipelinedAllreduceToo) {
+  AlgorithmConfig config;
+  config.piece_bytes = 4096;
+  ASSERT_EQ(pipeline_pieces(config, 64 * 1024), 16u);
+  for (int missing = 0; missing < 4; ++missing) {
+    std::atomic<int> failed{0};
+    run_hierarchy(
+        Shape{2, 2}, config, config,
+        [&](const Hierarchy& h, int node, int local) {
+          if (node * 2 + local == missing) return;
+          std::vector<float> data(16 * 1024, 1.0f);
+          try {
+            allreduce_hierarchical(h, Buffer(data), ReduceOp::kSum);
+          } catch (const TimeoutError&) {
+            failed++;
+          }
+        },
+        std::chrono::milliseconds(500));
+    EXPECT_EQ(failed.load(), 3) << "missing rank " << missing;
+  }
+}
+
+TEST(PipelinePieces, AtLeastPieceBytesEachAndAtMostSixtyFour) {
+  AlgorithmConfig config;  // 1 MiB pieces
+  EXPECT_EQ(pipeline_pieces(config, (1u << 20) * 2 - 1), 1u);
+  EXPECT_EQ(pipeline_pieces(config, 4u << 20), 4u);
+  EXPECT_EQ(pipeline_pieces(config, 64u << 20), 64u);
+  EXPECT_EQ(pipeline_pieces(config, 1u << 30), 64u);
+  config.piece_bytes = 0;
+  EXPECT_EQ(pipeline_pieces(config, 64u << 20), 1u);
 }
 
 Topology topology_of(const std::vector<std::string>& keys) { return Topology(keys, 0); }

@@ -30,6 +30,18 @@ TEST(ProviderTuning, NoProviderTakesOneRoundCollectivesByDefault) {
   }
 }
 
+TEST(ProviderTuning, TwoRanksKeepTheRingOnEveryProvider) {
+  for (const char* provider : {"shm", "tcp;ofi_rxm", "efa"}) {
+    EXPECT_TRUE(algorithm_defaults(provider).ring_for_two_ranks) << provider;
+  }
+}
+
+TEST(ProviderTuning, NoProviderPipelinesTheHierarchicalAllreduceByDefault) {
+  for (const char* provider : {"shm", "tcp;ofi_rxm", "efa", "verbs;ofi_rxm"}) {
+    EXPECT_EQ(algorithm_defaults(provider).piece_bytes, 0u) << provider;
+  }
+}
+
 TEST(ProviderTuning, ProvidersDefaultsDoNotAgreeOnAPlan) {
   EXPECT_NE(algorithm_defaults("tcp;ofi_rxm").fingerprint(),
             algorithm_defaults("efa").fingerprint())
