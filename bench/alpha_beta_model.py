@@ -43,7 +43,7 @@ def parse(paths):
     for path in paths:
         key = None
         for line in open(path):
-            m = re.match(r"## (\d+) pods x (\d+) ranks, links (\S+)", line)
+            m = re.match(r"## (\d+) pods x (\d+) ranks, links (\w+)", line)
             if m:
                 key = (int(m.group(1)), int(m.group(2)), m.group(3))
                 continue
@@ -56,11 +56,13 @@ def parse(paths):
     return runs
 
 
-def fit(points):
-    """a, b of T = 2a + S b for 2 ranks; points: {S: T}. b from 1 MiB and more, where the
-    bucket is negligible; a from 16 KiB and less, which pass within the bucket."""
+def fit(points, small_steps=1):
+    """a, b of T = k a + S b for 2 ranks; points: {S: T}. b from 1 MiB and more, where the
+    bucket is negligible; a from 16 KiB and less, which pass within the bucket and take
+    `small_steps` steps (1: gloo's round and libfabric's doubling between two ranks; 2: the
+    ring inside a pod)."""
     large = sorted(t / s for s, t in points.items() if s >= (1 << 20))
-    small = sorted(t / 2 for s, t in points.items() if s <= (16 << 10))
+    small = sorted(t / small_steps for s, t in points.items() if s <= (16 << 10))
     return small[len(small) // 2], large[len(large) // 2]
 
 
@@ -72,21 +74,47 @@ def cost(steps_n, link_bytes, steps_s, shm_bytes, a_n, b_n, a_s, b_s, burst=0.0)
     return steps_n * a_n + max(0.0, link_bytes - burst) * b_n + steps_s * a_s + shm_bytes * b_s
 
 
-def flat(n, l, s, **p):
+# gloo: one round (every rank sends its payload to every other) while payload x peers stays
+# below 1 MiB; its hierarchical allreduce runs in pieces of 1 MiB, at most 64, from 2 MiB.
+GLOO = dict(direct_bytes=1 << 20, piece_bytes=1 << 20, max_pieces=64)
+
+
+def flat(n, l, s, direct_bytes=0, piece_bytes=0, max_pieces=1, **p):
     pp = n * l
     if n == 1:  # every hop is shared memory
         return min(cost(0, 0, 2 * (pp - 1), 2 * (pp - 1) / pp * s, **p),
                    cost(0, 0, log2(pp), log2(pp) * s, **p))
+    if s * (pp - 1) < direct_bytes:  # one round: each pod sends L x (P - L) payloads
+        return cost(1, l * (pp - l) * s, 0, 0, **p)
     ring = cost(2 * (pp - 1), 2 * (pp - 1) / pp * s, 0, 0, **p)
     doubling = cost(log2(pp), l * log2(n) * s, 0, 0, **p)
     return min(ring, doubling)
 
 
-def hierarchical(n, l, s, **p):
+def hierarchical(n, l, s, direct_bytes=0, piece_bytes=0, max_pieces=1, **p):
     if n == 1 or l == 1:
-        return flat(n, l, s, **p)
-    slices = cost(2 * (n - 1), 2 * (n - 1) / n * s, 2 * (l - 1), 2 * (l - 1) / l * s, **p)
-    whole = cost(log2(n), l * log2(n) * s, log2(l), log2(l) * s, **p)
+        return flat(n, l, s, direct_bytes, **p)
+    a_n, b_n, a_s, b_s = p["a_n"], p["b_n"], p["a_s"], p["b_s"]
+
+    def across(payload):  # the level between pods: n ranks, L groups at once on the link
+        if payload * (n - 1) < direct_bytes:
+            return cost(1, l * (n - 1) * payload, 0, 0, **p)
+        ring = cost(2 * (n - 1), 2 * (n - 1) / n * l * payload, 0, 0, **p)
+        doubling = cost(log2(n), l * log2(n) * payload, 0, 0, **p)
+        return min(ring, doubling)
+
+    def inside(payload):  # reduce-scatter and allgather in the pod: 2(L-1) steps
+        return cost(0, 0, 2 * (l - 1), 2 * (l - 1) / l * payload, **p)
+
+    whole = cost(0, 0, log2(l), log2(l) * s, **p) + across(s)
+    pieces = 1
+    if piece_bytes and s >= 2 * piece_bytes:
+        pieces = min(max_pieces, s // piece_bytes)
+    piece = s / pieces
+    # Piece k crosses while the pod reduce-scatters k+1 and allgathers k-1: the slower of the
+    # two paths sets the pace, the first reduce-scatter and the last allgather do not overlap.
+    net, shm = across(piece / l), inside(piece)
+    slices = (pieces - 1) * max(net, shm) + net + shm
     return min(slices, whole)
 
 
@@ -132,7 +160,7 @@ def main():
     shm_runs = [v for (n, l, _), v in runs.items() if n == 1 and l == 2]
     if not shm_runs or "fabric-flat" not in shm_runs[0]:
         sys.exit("alpha_beta_model: needs a 1 pod x 2 ranks run with fabric-flat (shm)")
-    a_s, b_s = fit(shm_runs[0]["fabric-flat"])
+    a_s, b_s = fit(shm_runs[0]["fabric-flat"], small_steps=2)
     emit(f"shm inside a pod: alpha {a_s * 1e6:.1f} us, beta {b_s * 1e9:.3f} ns/B "
          f"({8 / b_s / 1e9:.1f} Gb/s)")
     params = {}
@@ -144,7 +172,8 @@ def main():
             if data:
                 a_n, b_n = fit(data)
                 burst = bucket_bytes(rate)
-                params[(backend, rate)] = dict(a_n=a_n, b_n=b_n, a_s=a_s, b_s=b_s, burst=burst)
+                params[(backend, rate)] = dict(a_n=a_n, b_n=b_n, a_s=a_s, b_s=b_s, burst=burst,
+                                               **(GLOO if backend == "gloo" else {}))
                 emit(f"{backend} between pods, {rate}: alpha {a_n * 1e6:.1f} us, beta "
                      f"{b_n * 1e9:.3f} ns/B ({8 / b_n / 1e9:.2f} Gb/s)")
     emit()
@@ -154,7 +183,7 @@ def main():
         if n < 2 or (n == 2 and l == 1):
             continue
         for variant, data in sorted(variants.items()):
-            if variant == "c10d":
+            if variant == "c10d" or ":" in variant:
                 continue
             backend, mode = variant.split("-")
             p = params.get((backend, rate))

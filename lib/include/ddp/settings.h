@@ -173,7 +173,8 @@ inline constexpr Setting kHierarchySliceBytes{
     "",
     "library",
     "From this payload up a hierarchical allreduce sends each local rank's slice across nodes; "
-    "below it every local rank sends the whole node-reduced buffer."};
+    "below it every local rank sends the whole node-reduced buffer. The same size of output "
+    "(allgather) or input (reduce_scatter) decides between their hierarchical and flat forms."};
 inline constexpr Setting kHierarchyPieceBytes{
     "DDP_HIERARCHY_PIECE_BYTES",
     Type::kBytes,

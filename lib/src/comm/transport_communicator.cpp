@@ -25,6 +25,10 @@ void TransportCommunicator::connect(const std::shared_ptr<Store>& store,
                                     const ConnectLevel& connect_node) {
   job_ = connect_level(store, rank(), size(), "");
   Topology topology = exchange_topology(*store, rank(), size());
+  // Two ranks of one node keep the ring, whose chunks overlap the copy with the reduction: on
+  // gloo's loopback pairs the whole-buffer exchange was 1.3 times slower at 1 MiB
+  // (bench/results/2026-11-29-two-rank-doubling.txt). Every rank sees the same topology.
+  if (topology.nodes() == 1) job_.config.ring_for_two_ranks = true;
   const auto decision =
       collectives::decide_hierarchy(topology, collectives::collectives_mode(options()));
   if (decision.hierarchical) {

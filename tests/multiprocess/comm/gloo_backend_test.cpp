@@ -163,27 +163,38 @@ TEST(GlooBackend, RanksWithDifferentAlgorithmSettingsFailClearly) {
   EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
 }
 
-// An allreduce takes the ring from 1 MiB sent per rank (payload x peers) and one round below it,
-// and both sides of that line give exact results.
-TEST(GlooBackend, AllreduceTakesTheRingFromOneMiBSentPerRank) {
+// An allreduce leaves the round at 1 MiB sent per rank (payload x peers) for the ring, or, with
+// two ranks on two nodes, for one exchange of the whole buffer; both sides of that line give
+// exact results.
+TEST(GlooBackend, AllreduceLeavesTheRoundAtOneMiBSentPerRank) {
   using detail::collectives::AllreduceAlgorithm;
-  for (int world : {2, 3}) {
-    const std::size_t ring_from = (std::size_t{1} << 20) / static_cast<std::size_t>(world - 1);
+  struct Case {
+    int world;
+    bool two_nodes;  // each rank its own node (DDP_TEST_HOST_ID)
+    AllreduceAlgorithm past;
+  };
+  for (const Case c : {Case{2, false, AllreduceAlgorithm::kRing},
+                       Case{2, true, AllreduceAlgorithm::kRecursiveDoubling},
+                       Case{3, false, AllreduceAlgorithm::kRing}}) {
+    const std::size_t ring_from = (std::size_t{1} << 20) / static_cast<std::size_t>(c.world - 1);
     const std::string prefix = server().next_group_prefix();
-    auto outcomes = testing::run_ranks(world, 60s, [&](int rank) {
+    auto outcomes = testing::run_ranks(c.world, 60s, [&](int rank) {
       unsetenv("DDP_ALGORITHM");
-      auto comm = create_communicator("gloo", server().connect_client(prefix), rank, world,
+      if (c.two_nodes) setenv("DDP_TEST_HOST_ID", ("pod-" + std::to_string(rank)).c_str(), 1);
+      auto comm = create_communicator("gloo", server().connect_client(prefix), rank, c.world,
                                       with_timeout(15s));
       auto* gloo = dynamic_cast<detail::TransportCommunicator*>(comm.get());
       require(gloo != nullptr, "the gloo backend is not a TransportCommunicator");
       require(gloo->allreduce_algorithm(ring_from - 4, ring_from / 4 - 1) ==
                   AllreduceAlgorithm::kDirect,
               "just below the line an allreduce does not take one round");
-      require(gloo->allreduce_algorithm(ring_from, ring_from / 4) == AllreduceAlgorithm::kRing,
-              "at the line an allreduce does not take the ring");
+      require(gloo->allreduce_algorithm(ring_from, ring_from / 4) == c.past,
+              c.two_nodes ? "at the line two ranks on two nodes do not exchange the whole buffer"
+                          : "at the line an allreduce on one node does not take the ring");
       for (std::size_t n : {ring_from / 4 - 1, ring_from / 4}) check_every_collective(*comm, n);
     });
-    EXPECT_TRUE(testing::all_ranks_succeeded(outcomes)) << world << " ranks";
+    EXPECT_TRUE(testing::all_ranks_succeeded(outcomes))
+        << c.world << " ranks" << (c.two_nodes ? " on two nodes" : "");
   }
 }
 

@@ -51,7 +51,8 @@ struct AlgorithmConfig {
   // flight: over gloo's TCP pairs that kept a shaped link 97-98 % busy against the ring's
   // 67-86 % (bench/results/2026-11-29-two-rank-doubling.txt). On shared memory the ring's overlap
   // of the copy with the reduction wins, and libfabric's TCP keeps the ring (provider_tuning.cpp).
-  // A transport's default, not a setting.
+  // A transport's default, not a setting; a job on one node keeps the ring
+  // (TransportCommunicator::connect).
   bool ring_for_two_ranks = true;
   // DDP_HIERARCHY_PIECE_BYTES: a sliced hierarchical allreduce of at least twice this runs in
   // pieces of at least this size, at most kMaxPieces, pipelined (hierarchical.h); 0: one piece.

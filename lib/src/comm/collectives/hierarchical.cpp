@@ -196,9 +196,10 @@ class AcrossNodes {
 
 }  // namespace
 
-std::size_t pipeline_pieces(const AlgorithmConfig& cross_config, std::size_t bytes) {
-  if (cross_config.piece_bytes == 0) return 1;
-  return std::clamp<std::size_t>(bytes / cross_config.piece_bytes, 1, AlgorithmConfig::kMaxPieces);
+std::size_t pipeline_pieces(const AlgorithmConfig& cross_config, std::size_t bytes, int nodes) {
+  if (cross_config.piece_bytes == 0 || nodes < 2) return 1;
+  const std::size_t piece = cross_config.piece_bytes * static_cast<std::size_t>(nodes - 1);
+  return std::clamp<std::size_t>(bytes / piece, 1, AlgorithmConfig::kMaxPieces);
 }
 
 void allreduce_hierarchical(const Hierarchy& h, Buffer buffer, ReduceOp op) {
@@ -223,7 +224,7 @@ void allreduce_hierarchical(const Hierarchy& h, Buffer buffer, ReduceOp op) {
     return;
   }
   // Every piece keeps at least one element per local rank.
-  const std::size_t pieces = std::min(pipeline_pieces(h.cross_config, buffer.bytes()),
+  const std::size_t pieces = std::min(pipeline_pieces(h.cross_config, buffer.bytes(), cross.size()),
                                       buffer.count / static_cast<std::size_t>(l));
   auto piece = [&](std::size_t k) {
     const Piece p = partition(buffer.count, pieces, k);

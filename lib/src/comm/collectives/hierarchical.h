@@ -61,13 +61,17 @@ struct Hierarchy {
 // Same contract as collectives::allreduce; kAvg divides once, fused into the step that completes
 // each element, so the result is the flat one (bit for bit with integer-valued data).
 //
-// A sliced allreduce of at least twice the cross level's piece_bytes runs in pieces (at most
+// A sliced allreduce of at least two pieces (pipeline_pieces) runs in pieces (at most
 // AlgorithmConfig::kMaxPieces): a second thread takes each piece across nodes while this one
 // reduce-scatters the next piece inside the node and allgathers the previous one, so the node's
 // two steps hide behind the network's but for the first and the last piece.
 void allreduce_hierarchical(const Hierarchy& h, Buffer buffer, ReduceOp op);
-// How many pieces that pipeline cuts a `bytes` buffer into (1: no pipeline).
-std::size_t pipeline_pieces(const AlgorithmConfig& cross_config, std::size_t bytes);
+// How many pieces that pipeline cuts a `bytes` buffer into across `nodes` nodes (1: no
+// pipeline). A piece is piece_bytes per node it is sent to, (N-1)·piece_bytes: with 1 MiB, 2 nodes
+// cross in 0.5 MiB slices that gloo sends in one round each, while 4 nodes' ring over 1 MiB
+// pieces spent more on its 6 steps per piece than the overlap saved (77 % of the link against
+// 89-91 % for 3-4 MiB pieces or none, bench/results/2026-11-29-hierarchy-pipeline.txt).
+std::size_t pipeline_pieces(const AlgorithmConfig& cross_config, std::size_t bytes, int nodes);
 // Whether an allgather whose output holds `output_bytes`, or a reduce-scatter whose input does,
 // takes the two-level path: from the cross level's slice_from_bytes up, as for the allreduce's
 // slices; below it the flat collective's one round costs less than two.

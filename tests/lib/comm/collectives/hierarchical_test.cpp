@@ -274,7 +274,7 @@ TEST(HierarchicalFailure, AMissingRankTimesOutEveryRankThatWaitsForIt) {
 TEST(HierarchicalFailure, AMissingRankFailsThePipelinedAllreduceToo) {
   AlgorithmConfig config;
   config.piece_bytes = 4096;
-  ASSERT_EQ(pipeline_pieces(config, 64 * 1024), 16u);
+  ASSERT_EQ(pipeline_pieces(config, 64 * 1024, 2), 16u);
   for (int missing = 0; missing < 4; ++missing) {
     std::atomic<int> failed{0};
     run_hierarchy(
@@ -293,14 +293,16 @@ TEST(HierarchicalFailure, AMissingRankFailsThePipelinedAllreduceToo) {
   }
 }
 
-TEST(PipelinePieces, AtLeastPieceBytesEachAndAtMostSixtyFour) {
-  AlgorithmConfig config;  // 1 MiB pieces
-  EXPECT_EQ(pipeline_pieces(config, (1u << 20) * 2 - 1), 1u);
-  EXPECT_EQ(pipeline_pieces(config, 4u << 20), 4u);
-  EXPECT_EQ(pipeline_pieces(config, 64u << 20), 64u);
-  EXPECT_EQ(pipeline_pieces(config, 1u << 30), 64u);
+TEST(PipelinePieces, PieceBytesPerNodeSentToAndAtMostSixtyFour) {
+  AlgorithmConfig config;  // 1 MiB per node sent to
+  EXPECT_EQ(pipeline_pieces(config, (1u << 20) * 2 - 1, 2), 1u);
+  EXPECT_EQ(pipeline_pieces(config, 4u << 20, 2), 4u);
+  EXPECT_EQ(pipeline_pieces(config, 64u << 20, 2), 64u);
+  EXPECT_EQ(pipeline_pieces(config, 1u << 30, 2), 64u);
+  EXPECT_EQ(pipeline_pieces(config, 12u << 20, 4), 4u) << "3 MiB pieces across 4 nodes";
+  EXPECT_EQ(pipeline_pieces(config, 64u << 20, 1), 1u);
   config.piece_bytes = 0;
-  EXPECT_EQ(pipeline_pieces(config, 64u << 20), 1u);
+  EXPECT_EQ(pipeline_pieces(config, 64u << 20, 2), 1u);
 }
 
 Topology topology_of(const std::vector<std::string>& keys) { return Topology(keys, 0); }
