@@ -184,9 +184,9 @@ inline constexpr Setting kHierarchyPieceBytes{
     "",
     "",
     "library",
-    "A hierarchical allreduce of at least twice this runs in pieces of at least this size (at "
-    "most 64), each piece crossing nodes on a second thread while the node reduce-scatters the "
-    "next and allgathers the previous one; 0: one piece, the three steps in turn."};
+    "A hierarchical allreduce across N nodes runs in pieces of (N-1) times this (at most 64, "
+    "where the buffer holds two), each piece crossing nodes on a second thread while the node "
+    "reduce-scatters the next and allgathers the previous one; 0: one piece, the steps in turn."};
 
 // --- The flight recorder and hang warnings (launcher/README.md, "Hang diagnosis") ---------------
 inline constexpr Setting kHangWarnSec{

@@ -54,8 +54,9 @@ struct AlgorithmConfig {
   // A transport's default, not a setting; a job on one node keeps the ring
   // (TransportCommunicator::connect).
   bool ring_for_two_ranks = true;
-  // DDP_HIERARCHY_PIECE_BYTES: a sliced hierarchical allreduce of at least twice this runs in
-  // pieces of at least this size, at most kMaxPieces, pipelined (hierarchical.h); 0: one piece.
+  // DDP_HIERARCHY_PIECE_BYTES: a sliced hierarchical allreduce across N nodes runs pipelined in
+  // pieces of (N-1) times this, at most kMaxPieces (hierarchical.h, pipeline_pieces); 0: one
+  // piece.
   std::size_t piece_bytes = std::size_t{1} << 20;
   static constexpr std::size_t kMaxPieces = 64;
 
