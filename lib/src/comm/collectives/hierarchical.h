@@ -70,7 +70,7 @@ void allreduce_hierarchical(const Hierarchy& h, Buffer buffer, ReduceOp op);
 // pipeline). A piece is piece_bytes per node it is sent to, (N-1)·piece_bytes: with 1 MiB, 2 nodes
 // cross in 0.5 MiB slices that gloo sends in one round each, while 4 nodes' ring over 1 MiB
 // pieces spent more on its 6 steps per piece than the overlap saved (77 % of the link against
-// 89-91 % for 3-4 MiB pieces or none, bench/results/2026-11-29-hierarchy-pipeline.txt).
+// 88-91 % for 4 MiB pieces or none, bench/results/2026-11-29-hierarchy-pipeline.txt).
 std::size_t pipeline_pieces(const AlgorithmConfig& cross_config, std::size_t bytes, int nodes);
 // Whether an allgather whose output holds `output_bytes`, or a reduce-scatter whose input does,
 // takes the two-level path: from the cross level's slice_from_bytes up, as for the allreduce's

@@ -6,7 +6,7 @@ collectives::AlgorithmConfig algorithm_defaults(const std::string& provider) {
   collectives::AlgorithmConfig config;
   // A hierarchical allreduce in one piece: the pipeline's second thread polls the completion
   // queue as this one does, and two polling threads per rank cost more than the overlap gains
-  // (2 pods x 2 ranks on 2 vCPUs: 66-71 % of the link against 81-89 % in one piece at 16-64 MiB,
+  // (2 pods x 2 ranks on 2 vCPUs: 69-71 % of the link against 77-89 % in one piece at 16-64 MiB,
   // bench/results/2026-11-29-hierarchy-pipeline.txt). gloo's second thread sleeps in read().
   config.piece_bytes = 0;
   const bool tcp = provider.find("tcp") != std::string::npos;
