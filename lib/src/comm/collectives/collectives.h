@@ -31,7 +31,8 @@ void broadcast_in_op(PeerTransport& transport, Buffer buffer, int root,
 // The output holds every rank's input in rank order; this rank's own block is copied in first.
 void allgather_in_op(PeerTransport& transport, Buffer input, Buffer output,
                      const AlgorithmConfig& config);
-// Combines with `reduction` (whose complete() finishes each result); the input is left as it was.
+// Combines with `reduction` (whose complete() finishes each result); the input is left as it was,
+// unless the output lies inside it.
 void reduce_scatter_in_op(PeerTransport& transport, Buffer input, Buffer output,
                           const Reduction& reduction, const AlgorithmConfig& config);
 // One round where the config takes rounds (direct_bytes > 0), else the dissemination barrier.

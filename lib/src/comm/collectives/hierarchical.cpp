@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -256,8 +257,9 @@ void allgather_hierarchical(const Hierarchy& h, const Topology& topology, Buffer
   const std::size_t nodes = static_cast<std::size_t>(h.cross.size());
   const std::size_t block = input.bytes();
   // This rank's row is [local rank][node] order's row local_rank: its counterparts' inputs.
-  std::vector<char> rows(output.bytes());
-  Buffer row(rows.data() + static_cast<std::size_t>(h.local.rank()) * nodes * block,
+  // Every byte is written before it is read: no zeroing.
+  const std::unique_ptr<char[]> rows(new char[output.bytes()]);
+  Buffer row(rows.get() + static_cast<std::size_t>(h.local.rank()) * nodes * block,
              input.count * nodes, input.dtype);
   {
     OpScope scope(h.cross, CollectiveKind::kAllgather, input, h.cross_config, 0, kCrossAllgather);
@@ -266,10 +268,10 @@ void allgather_hierarchical(const Hierarchy& h, const Topology& topology, Buffer
   }
   {
     OpScope scope(h.local, CollectiveKind::kAllgather, row, h.local_config, 0, kLocalAllgatherRows);
-    allgather_in_op(h.local, row, Buffer(rows.data(), output.count, output.dtype), h.local_config);
+    allgather_in_op(h.local, row, Buffer(rows.get(), output.count, output.dtype), h.local_config);
     scope.finish();
   }
-  permute(topology, rows.data(), static_cast<char*>(output.data), block, false);
+  permute(topology, rows.get(), static_cast<char*>(output.data), block, false);
 }
 
 void reduce_scatter_hierarchical(const Hierarchy& h, const Topology& topology, Buffer input,
@@ -277,16 +279,16 @@ void reduce_scatter_hierarchical(const Hierarchy& h, const Topology& topology, B
   const std::size_t nodes = static_cast<std::size_t>(h.cross.size());
   const int world = h.local.size() * h.cross.size();
   const auto detail = static_cast<std::uint32_t>(op);
-  std::vector<char> rows(input.bytes());
-  permute(topology, static_cast<const char*>(input.data), rows.data(), output.bytes(), true);
-  // After the node's reduce-scatter this rank holds its row: the blocks of its counterparts on
-  // every node, summed over this node.
-  std::vector<char> mine(nodes * output.bytes());
-  Buffer row(mine.data(), output.count * nodes, output.dtype);
+  const std::unique_ptr<char[]> rows(new char[input.bytes()]);
+  permute(topology, static_cast<const char*>(input.data), rows.get(), output.bytes(), true);
+  // The node's reduce-scatter leaves this rank its row, in place: the blocks of its counterparts
+  // on every node, summed over this node (an output inside the input is allowed).
+  Buffer row(rows.get() + static_cast<std::size_t>(h.local.rank()) * nodes * output.bytes(),
+             output.count * nodes, output.dtype);
   {
     OpScope scope(h.local, CollectiveKind::kReduceScatter, row, h.local_config, detail,
                   kLocalReduceScatterRows);
-    reduce_scatter_in_op(h.local, Buffer(rows.data(), input.count, input.dtype), row,
+    reduce_scatter_in_op(h.local, Buffer(rows.get(), input.count, input.dtype), row,
                          Reduction(input.dtype, partial_reduction(op), h.local.size()),
                          h.local_config);
     scope.finish();
