@@ -42,8 +42,18 @@ void print_backtrace_and_die(int signal) {
 void report_crashes() {
   void* warm_up[1];
   backtrace(warm_up, 1);  // loads libgcc now, not inside the handler
+  // On a stack of its own, so that a stack overflow is reported too.
+  static std::vector<char> alternate(1 << 16);
+  stack_t stack{};
+  stack.ss_sp = alternate.data();
+  stack.ss_size = alternate.size();
+  sigaltstack(&stack, nullptr);
   for (int signal : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) {
-    std::signal(signal, print_backtrace_and_die);
+    struct sigaction action {};
+    action.sa_handler = print_backtrace_and_die;
+    action.sa_flags = SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    sigaction(signal, &action, nullptr);
   }
 }
 

@@ -56,6 +56,7 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
   // 3-4 rank collectives over tcp;ofi_rxm on a loaded machine). A failed communicator is never
   // used again, and the process closes its sockets when it exits, so there it stays open.
   const bool rxm = std::strstr(info.fabric_attr->prov_name, "ofi_rxm") != nullptr;
+  rxm_ = rxm;
   leaves_failed_endpoint_open_ = rxm;
   // Over TCP the data moves only while the peer runs its progress too: a rank that yields its
   // core to a busy thread (training compute, or any CPU hog) for a time slice stalls both, so it
@@ -69,6 +70,7 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
   // lost if this process exited right after its last collective; tracked sends are waited for.
   injects_small_sends_ = is_shm_;
   peer_states_.resize(peers_.size());
+  reached_.assign(peers_.size(), false);
 
   // shm gets one exact-tag notice receive per peer: a receive with ignore bits, once completed,
   // can leave its mask on an entry shm reuses for unexpected messages and make them mismatch.
@@ -363,6 +365,8 @@ bool FabricTransport::progress() {
 
 void FabricTransport::complete(const fi_cq_tagged_entry& entry) {
   Slot& s = *reinterpret_cast<Slot*>(entry.op_context);
+  if (s.kind != SlotKind::kControl && s.peer >= 0)
+    reached_[static_cast<std::size_t>(s.peer)] = true;
   switch (s.kind) {
     case SlotKind::kControl: {
       const int source = static_cast<int>(decode_tag(entry.tag).source);

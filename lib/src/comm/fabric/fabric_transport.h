@@ -35,9 +35,11 @@
 // receive until it agreed.
 //
 // On any failure (error completion, mismatch, timeout, peer exit, or an abort notice from a
-// peer) the transport tells every peer with a control message, so their waits end too, closes
-// its endpoint (over ofi_rxm leaves it open until the process exits: see the constructor) and
-// refuses later ops. No libfabric call is made on it again, so nothing touches caller memory.
+// peer) the transport tells every peer with a control message (over ofi_rxm after an error
+// completion, only those its connection is established with: see may_notify()), so their
+// waits end too, closes its endpoint (over ofi_rxm leaves it open until the process exits: see
+// the constructor) and refuses later ops. No libfabric call is made on it again, so nothing
+// touches caller memory.
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -151,6 +153,8 @@ class FabricTransport final : public collectives::PeerTransport {
   const char* op_name() const { return to_string(header_.kind); }
   void abandon(const std::string& reason);
   void notify_peers(const std::string& reason);
+  // Whether a best-effort notice may go to `peer` now (see notify_peers()).
+  bool may_notify(int peer) const;
   // Reads and discards completions for `period`; false if the provider wedged.
   bool drain_quietly(std::chrono::milliseconds period);
   void release_fabric();
@@ -175,6 +179,7 @@ class FabricTransport final : public collectives::PeerTransport {
   std::size_t inject_bytes_;
   std::size_t max_message_bytes_;
   bool is_shm_;
+  bool rxm_ = false;  // ofi_rxm over a message provider (tcp;ofi_rxm)
   bool injects_small_sends_;
   // How long a wait spins before it starts yielding its core (see the constructor).
   std::chrono::microseconds spin_before_yield_;
@@ -203,6 +208,11 @@ class FabricTransport final : public collectives::PeerTransport {
   std::uint64_t next_key_ = 1;
 
   std::vector<PeerOpState> peer_states_;
+  // Peers a message of this communicator completed with, by rank (over ofi_rxm: the peers its
+  // connection to is established), and the peer an op's failure came from, if any.
+  std::vector<bool> reached_;
+  int failed_peer_ = -1;
+  bool completion_failed_ = false;  // the provider reported an error completion
   std::vector<int> touched_peers_;
   std::vector<Request> ready_receives_;
 

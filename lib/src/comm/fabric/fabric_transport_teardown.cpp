@@ -118,6 +118,7 @@ void FabricTransport::raise_completion_error() {
   const std::string message =
       fabric_error_text(code) +
       (detail && *detail ? std::string(", provider says: ") + detail : std::string());
+  completion_failed_ = true;
   Slot* s = static_cast<Slot*>(error.op_context);
   if (!s) fail(-1, "libfabric reported " + message);
   if (s->kind == SlotKind::kControl) {
@@ -142,6 +143,7 @@ void FabricTransport::raise_completion_error() {
 
 void FabricTransport::fail(int peer, const std::string& cause, bool timed_out) {
   const std::string op = op_name();
+  if (failure_.empty()) failed_peer_ = peer;
   if (timed_out) {
     TimeoutError error(op, rank_, peer, cause);
     abandon(error.what());
@@ -186,11 +188,7 @@ void FabricTransport::notify_peers(const std::string& reason) {
   const std::size_t length = notice.size();
   const auto give_up = Clock::now() + std::chrono::milliseconds(100);
   for (int peer = 0; peer < size(); ++peer) {
-    if (peer == rank_) continue;
-    // A peer killed inside shm's critical section leaves its region locked: skip known-dead
-    // peers rather than wait for the stuck-call guard; and peers on their way out, whose
-    // connections ofi_rxm may be tearing down (sending on one crashed it).
-    if (auto pid = liveness_.pid_of(peer); pid && process_exiting(*pid)) continue;
+    if (peer == rank_ || !may_notify(peer)) continue;
     const fi_addr_t destination = peers_[peer];
     void* context = injected ? nullptr : &slots_[acquire(SlotKind::kSend, peer, 0, length)].context;
     for (;;) {
@@ -208,8 +206,29 @@ void FabricTransport::notify_peers(const std::string& reason) {
       if (!drain_quietly(std::chrono::milliseconds(0))) return;
     }
   }
-  // shm delivers an inject before returning; socket providers need progress to send.
-  if (!is_shm_) drain_quietly(std::chrono::milliseconds(20));
+  // shm delivers an inject before returning; socket providers need progress to send. Not
+  // ofi_rxm after an error completion: its progress runs the connection progress that
+  // may_notify() keeps away from, and its tcp sends a small message on an established
+  // connection at once.
+  if (!is_shm_ && !(rxm_ && completion_failed_)) drain_quietly(std::chrono::milliseconds(20));
+}
+
+bool FabricTransport::may_notify(int peer) const {
+  // A peer killed inside shm's critical section leaves its region locked: skip known-dead
+  // peers rather than wait for the stuck-call guard; and peers on their way out, whose
+  // connections ofi_rxm may be tearing down (sending on one crashed it).
+  if (auto pid = liveness_.pid_of(peer); pid && process_exiting(*pid)) return false;
+  if (!rxm_ || !completion_failed_) return true;
+  // Over ofi_rxm, a send to a peer without an established connection makes rxm connect and run
+  // its connection progress, which also handles the shutdowns of peers that have exited. After
+  // an error completion (a truncated large message, say) libfabric 1.17 crashes there: the
+  // flush of the closed connection reaches the failed receive's state again (rxm_conn_progress,
+  // rxm_process_shutdown, rxm_handle_rx_buf, rxm_cq_write_error; a segfault once in 100
+  // mismatched 8-rank allreduces under load). So then notices go only to peers whose connection
+  // is established, as a message completed with them, and not to the peer the failure came
+  // from: no rxm call can run that progress. The others learn it from the ranks this one told,
+  // or at their op timeout.
+  return reached_[static_cast<std::size_t>(peer)] && peer != failed_peer_;
 }
 
 bool FabricTransport::drain_quietly(std::chrono::milliseconds period) {
