@@ -191,11 +191,11 @@ std::string sweep_program(const EnvMap& env) {
 
 // Runs this node's ranks of the sweep; "" when they all succeeded, else what failed.
 std::string run_sweep(const std::string& program, const LaunchConfig& config, const EnvMap& env,
-                      const NodeAssignment& node, const std::string& store_host, int store_port,
+                      const NodeAssignment& node, const WorkerStore& store,
                       const std::string& result_file, const std::function<void()>& poll_interrupt) {
   std::vector<std::unique_ptr<WorkerProcess>> ranks;
   for (int lr = 0; lr < config.nproc_per_node; ++lr) {
-    EnvMap worker = worker_environment(env, config, node, {lr, ""}, store_host, store_port);
+    EnvMap worker = worker_environment(env, config, node, {lr, ""}, store);
     worker.erase("TORCHELASTIC_ERROR_FILE");
     if (node.rank_offset + lr == 0) worker[ddp::settings::kDoctorSweepFile.name] = result_file;
     ranks.push_back(std::make_unique<WorkerProcess>(std::vector<std::string>{program}, worker));
@@ -328,8 +328,8 @@ int run_doctor(const LaunchConfig& config, const HostFacts& host, const EnvMap& 
   if (program.empty()) {
     sweep_note = "skipped: ddprun-allreduce-sweep is not installed beside ddprun or on PATH";
   } else {
-    sweep_error = run_sweep(program, config, env, node, rendezvous.store_host(),
-                            rendezvous.store_port(), sweep_file, poll_interrupt);
+    sweep_error = run_sweep(program, config, env, node, rendezvous.worker_store(), sweep_file,
+                            poll_interrupt);
   }
   std::string facts_json = facts_to_json(facts, links);
   store->set("facts/" + std::to_string(node.group_rank), facts_json);

@@ -9,7 +9,7 @@ HeartbeatMonitor::HeartbeatMonitor(int nodes, std::chrono::milliseconds interval
     : interval_(interval),
       max_attempts_(std::max(max_attempts, 1)),
       next_beat_(now),
-      next_check_(now + interval),
+      next_check_(now + check_period()),
       last_count_(static_cast<std::size_t>(nodes), -1),
       last_change_(static_cast<std::size_t>(nodes), now),
       declared_(static_cast<std::size_t>(nodes), false) {}
@@ -22,7 +22,18 @@ bool HeartbeatMonitor::beat_due(Clock::time_point now) {
 
 bool HeartbeatMonitor::check_due(Clock::time_point now) {
   if (now < next_check_) return false;
-  next_check_ = now + interval_;
+  next_check_ = now + check_period();
+  return true;
+}
+
+std::chrono::milliseconds HeartbeatMonitor::check_period() const {
+  return std::max(interval_ / 5, std::chrono::milliseconds(1));
+}
+
+bool HeartbeatMonitor::all_stopped_but(int self) const {
+  for (std::size_t g = 0; g < last_count_.size(); ++g) {
+    if (static_cast<int>(g) != self && last_count_[g] < kFinished) return false;
+  }
   return true;
 }
 
@@ -31,7 +42,10 @@ std::vector<int> HeartbeatMonitor::observe(const std::vector<int64_t>& counters,
   std::vector<int> lost;
   for (std::size_t g = 0; g < last_count_.size(); ++g) {
     const int64_t count = g < counters.size() ? counters[g] : 0;
-    if (count >= kFinished) continue;
+    if (count >= kFinished) {
+      last_count_[g] = count;
+      continue;
+    }
     if (count != last_count_[g]) {
       last_count_[g] = count;
       last_change_[g] = now;

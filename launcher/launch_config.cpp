@@ -467,6 +467,8 @@ void resolve_supervision(const CommandLine& cli, const EnvMap& env, const HostFa
       c.rdzv.token_file = it->second;
   }
   if (!c.rdzv.token_file.empty()) c.rdzv.join_token = read_join_token(c.rdzv.token_file);
+  // torchrun's opt-out of sharing its store with the workers: exactly "1" turns it on.
+  c.share_worker_store = env_value(env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE") != "1";
   if (auto v = pick(cli, env, "max-restarts")) c.max_restarts = to_int(*v, 0, 1 << 20);
   if (auto v = pick(cli, env, "metrics-port")) c.metrics_port = to_int(*v, 1, 65535);
   if (auto v = pick(cli, env, "monitor-interval")) {
@@ -547,6 +549,7 @@ std::string LaunchConfig::describe() const {
                                                : "etcd-v2")
       << " rendezvous at " << store_host << ":" << store_port << " (from " << store_source
       << "), run id '" << run_id << "', max restarts " << max_restarts << ":";
+  if (!share_worker_store) out << " worker rank 0 serves the workers' store;";
   if (doctor) out << " doctor (the program is not run)";
   if (preflight) out << " doctor, then";
   if (!doctor) {

@@ -62,6 +62,9 @@ struct LaunchConfig {
   // etcd: store_host:store_port is etcd; the round's node 0 serves its workers' store on this
   // port (--master-port; 0: a free one).
   int worker_store_port = 0;
+  // Each round's node 0 serves its workers' store (true), or worker rank 0 does, on a port that
+  // node 0's agent picks (false: TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as torchrun).
+  bool share_worker_store = true;
   bool standalone = false;
   std::string run_id = "none";
   RendezvousSettings rdzv;

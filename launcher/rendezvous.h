@@ -15,6 +15,13 @@
 // a membership change (a "membership" record in place of a failure), as they do when a node
 // leaves because it was signalled. The next round then closes with the nodes present, and
 // --max-restarts counts only the rounds that ended in a failure (NodeAssignment::restarts).
+//
+// Workers' stores: round 0's workers use the agents' store (etcd-v2: a store the round's node 0
+// serves); from round 1 on, each round's node 0 serves its workers a fresh store and publishes
+// where. With TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 node 0 picks a port for worker rank 0 to
+// serve one in every round, as torchrun does. PyTorch 2.x workers key nothing by attempt (torch's
+// rendezvous.py: "We create a new TCPStore for every retry"): in a store shared across rounds a
+// restarted rank would read its peers' gloo addresses of the round before and time out.
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -36,9 +43,12 @@ class Rendezvous {
  public:
   virtual ~Rendezvous() = default;
 
-  // What workers get as MASTER_ADDR/MASTER_PORT.
+  // The agents' store (an etcd endpoint with etcd-v2).
   virtual const std::string& store_host() const = 0;
   virtual int store_port() const = 0;
+  // What the current round's workers get as MASTER_ADDR/MASTER_PORT (valid once join() returned):
+  // a store of their own, where nothing an earlier round's workers wrote can be read.
+  virtual WorkerStore worker_store() const = 0;
 
   // Joins the job's current round and waits until it closes. Throws ddp::StoreError when the
   // round does not fill within the join timeout, ddp::ConfigError when two nodes claim one rank.
@@ -52,12 +62,16 @@ class Rendezvous {
   // Replaces the round's failure `before` (this node's own) with `after`, if still current.
   virtual void revise_failure(int round, const FailureReport& before,
                               const FailureReport& after) = 0;
+  // A node declared lost (heartbeat.h) will never acknowledge its stop nor read the root cause:
+  // counts both on its behalf, once however many agents declare it, so that no node waits for it.
+  virtual void stand_in_for_lost(int round, int group_rank) = 0;
   // After a failure: this node's workers have stopped (and it published what it had to say).
   // `leaving`: the node exits now without settling (it was signalled).
   virtual void acknowledge_stop(int round, bool leaving) = 0;
-  // When the job ends with the failure: waits (bounded by the shutdown timeout) until every
-  // node has acknowledged, and returns the round's final root cause — the same on every node —
-  // or `fallback` when the store cannot tell.
+  // When the job ends with the failure: waits (bounded by the shutdown timeout or the heartbeat
+  // limit, whichever is longer, so that a lost node's verdict is in) until every node has
+  // acknowledged, and returns the round's final root cause — the same on every node — or
+  // `fallback` when the store cannot tell.
   virtual FailureReport settle_failure(int round, int nodes, const FailureReport& fallback) = 0;
   // Heartbeats (heartbeat.h): whether this agent watches the others (the store's host does),
   // this node's beat, every node's counter, and the host a group rank of the round runs on.

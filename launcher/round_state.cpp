@@ -139,4 +139,41 @@ std::optional<std::pair<FailureReport, FailureReport>> RoundStateMachine::settle
   return std::make_pair(*own_agent_record_, revised);
 }
 
+const char* to_string(AfterRound decision) {
+  switch (decision) {
+    case AfterRound::kExitBarrier:
+      return "exit barrier";
+    case AfterRound::kStoreLost:
+      return "store lost";
+    case AfterRound::kNextRound:
+      return "next round";
+    case AfterRound::kLeave:
+      return "leave";
+    case AfterRound::kRestart:
+      return "restart";
+    case AfterRound::kGiveUp:
+      return "give up";
+  }
+  return "unknown";
+}
+
+AfterRound decide_after_round(const RoundOutcome& outcome, bool elastic, int restarts_used,
+                              int max_restarts) {
+  switch (outcome.kind) {
+    case RoundOutcome::Kind::kSucceeded:
+      return AfterRound::kExitBarrier;
+    case RoundOutcome::Kind::kStoreLost:
+      return AfterRound::kStoreLost;
+    case RoundOutcome::Kind::kInterrupted:
+      return AfterRound::kLeave;
+    case RoundOutcome::Kind::kFailed:
+      break;
+  }
+  // A node joins, left or was lost: an elastic group goes on with the nodes it has.
+  if (elastic && outcome.root_cause && outcome.root_cause->is_membership_change()) {
+    return AfterRound::kNextRound;
+  }
+  return restarts_used < max_restarts ? AfterRound::kRestart : AfterRound::kGiveUp;
+}
+
 }  // namespace ddprun

@@ -137,4 +137,20 @@ class RoundStateMachine {
   bool node_lost_ = false;
 };
 
+// What the agent does once a round is over: torchelastic's _invoke_run decision, kept pure so
+// that it is tested beside the round's state machine (agent.cpp acts on it).
+enum class AfterRound {
+  kExitBarrier,  // this node's workers all succeeded: wait for the others, then exit 0
+  kStoreLost,    // the rendezvous store stopped answering: exit 69
+  kNextRound,    // a membership change of an elastic job: the next round, no restart used
+  kLeave,        // ddprun was signalled: report, and leave with the workers' answer
+  kRestart,      // a failure with restarts left: the next round, one restart used
+  kGiveUp,       // a failure and no restart left: settle the root cause with the others, exit
+};
+const char* to_string(AfterRound decision);
+
+// `restarts_used`: the failed rounds before this one (NodeAssignment::restarts).
+AfterRound decide_after_round(const RoundOutcome& outcome, bool elastic, int restarts_used,
+                              int max_restarts);
+
 }  // namespace ddprun

@@ -209,32 +209,56 @@ void StoreRendezvous::connect_with_retry(Clock::time_point deadline) {
 }
 
 void StoreRendezvous::settle_worker_store(const NodeAssignment& node) {
-  // etcd holds the rendezvous, but the workers need a TCPStore (MASTER_ADDR/MASTER_PORT, as
-  // torchrun sets them): the round's node 0 serves one and publishes where.
+  // A fresh store every round after the first, on every backend: PyTorch 2.x workers key
+  // nothing by attempt, so in one store shared across rounds a restarted rank reads its peers'
+  // gloo addresses of the round before (rendezvous.h). A worker left over from an earlier round
+  // finds its store closed rather than mixing with this one.
+  release_worker_store();
+  if (!etcd_ && node.round == 0 && config_.share_worker_store) {
+    // Round 0's workers use the agents' store at the rendezvous endpoint, as under torchrun:
+    // nothing was written there before them.
+    worker_store_ = {store_host_, store_port_, true};
+    return;
+  }
   const std::string k = key(node.round, "worker_store");
   if (node.group_rank == 0) {
-    if (!worker_server_) {
+    int port = 0;
+    if (config_.share_worker_store) {
       worker_server_ = ddp::Store::host(config_.worker_store_port, config_.rdzv.read_timeout,
                                         config_.rdzv.join_token);
-      ddp::log::info("serving the workers' store on port {}", worker_server_->port());
+      port = worker_server_->port();
+      ddp::log::info("serving the workers' store on port {} (round {})", port, node.round);
+    } else {
+      // TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: worker rank 0 serves it, on a port free now (as
+      // torchrun's RendezvousStoreInfo.build picks one).
+      port = config_.worker_store_port != 0 ? config_.worker_store_port : ddp::net::free_tcp_port();
     }
-    const std::string address = config_.local_addr.empty()
-                                    ? ddp::net::local_address_towards(config_.store_host)
-                                    : config_.local_addr;
-    store_->set(k, address + " " + std::to_string(worker_server_->port()));
+    store_->set(k, worker_store_address() + " " + std::to_string(port));
   }
   const std::string value = store_->get(k);
   const auto space = value.rfind(' ');
-  store_host_ = value.substr(0, space);
-  store_port_ = std::stoi(value.substr(space + 1));
-  if (node.group_rank != 0) {
-    worker_server_.reset();  // a former node 0's: its workers are gone, its port is free again
+  worker_store_ = {value.substr(0, space), std::stoi(value.substr(space + 1)),
+                   config_.share_worker_store};
+  if (node.group_rank != 0 && config_.share_worker_store) {
     // Presents the join token, which admits this node's workers, and shows now, rather than in
     // the workers, whether node 0's store can be reached from here.
-    worker_client_.reset();
-    worker_client_ = ddp::Store::connect(store_host_, store_port_, config_.rdzv.read_timeout,
-                                         {config_.rdzv.join_token, ddp::StoreProtocol::kModern});
+    worker_client_ =
+        ddp::Store::connect(worker_store_.host, worker_store_.port, config_.rdzv.read_timeout,
+                            {config_.rdzv.join_token, ddp::StoreProtocol::kModern});
   }
+}
+
+std::string StoreRendezvous::worker_store_address() const {
+  // The name the other nodes reach this agent's store by (the master's, as torchrun gives it),
+  // else --local-addr or the address that routes to the store.
+  if (hosts_store_) return config_.store_host;
+  return config_.local_addr.empty() ? ddp::net::local_address_towards(config_.store_host)
+                                    : config_.local_addr;
+}
+
+void StoreRendezvous::release_worker_store() {
+  worker_client_.reset();
+  worker_server_.reset();  // its port is free again for the next round's node 0
 }
 
 std::shared_ptr<ddp::Store> StoreRendezvous::round_store(int round, const std::string& topic) {
@@ -258,7 +282,7 @@ NodeAssignment StoreRendezvous::join() {
     NodeAssignment node = try_join(round, deadline, late);
     if (!late) {
       node.restarts = restarts_before(round);
-      if (etcd_) settle_worker_store(node);
+      settle_worker_store(node);
       return node;
     }
     // The round closed without this node: wait for the group's next round. Below the maximum
@@ -479,6 +503,12 @@ void StoreRendezvous::revise_failure(int round, const FailureReport& before,
   store_->compare_set(key(round, "failure"), before.to_json(), after.to_json());
 }
 
+void StoreRendezvous::stand_in_for_lost(int round, int group_rank) {
+  if (store_->add(key(round, "lost/" + std::to_string(group_rank)), 1) != 1) return;
+  store_->add(key(round, "stopped"), 1);
+  store_->add(key(round, "settled"), 1);
+}
+
 void StoreRendezvous::acknowledge_stop(int round, bool leaving) {
   try {
     store_->add(key(round, "stopped"), 1);
@@ -501,7 +531,8 @@ void StoreRendezvous::wait_for_count(int round, const std::string& name, int tar
 FailureReport StoreRendezvous::settle_failure(int round, int nodes, const FailureReport& fallback) {
   try {
     wait_for_count(round, "stopped", nodes,
-                   Clock::now() + config_.shutdown_timeout + std::chrono::seconds(5));
+                   Clock::now() + std::max(config_.shutdown_timeout, heartbeat_limit()) +
+                       std::chrono::seconds(5));
     auto settled = failure(round);
     store_->add(key(round, "settled"), 1);
     return settled ? *settled : fallback;
@@ -559,6 +590,7 @@ int StoreRendezvous::restarts_before(int round) {
 }
 
 void StoreRendezvous::advance(int round, int restarts) {
+  release_worker_store();  // the round is over: its workers are gone
   // The first agent's count stands: every agent of the round computes the same one.
   store_->compare_set(key(round + 1, "restarts"), "", std::to_string(restarts));
   store_->compare_set("round", std::to_string(round), std::to_string(round + 1));

@@ -1,7 +1,7 @@
 #pragma once
 // The rendezvous on the store: ddp::Store, served by ddp::StoreServer on the hosting agent
-// (static, c10d), or by an etcd cluster (etcd-v2), where each round's node 0 serves its
-// workers' store beside it.
+// (static, c10d), or by an etcd cluster (etcd-v2). Whatever the backend, each round's node 0
+// serves that round's workers a store of their own (rendezvous.h).
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -27,10 +27,12 @@ class StoreRendezvous : public Rendezvous {
 
   const std::string& store_host() const override { return store_host_; }
   int store_port() const override { return store_port_; }
+  WorkerStore worker_store() const override { return worker_store_; }
   NodeAssignment join() override;
   std::optional<FailureReport> failure(int round) override;
   FailureReport publish_failure(int round, const FailureReport& report) override;
   void revise_failure(int round, const FailureReport& before, const FailureReport& after) override;
+  void stand_in_for_lost(int round, int group_rank) override;
   void acknowledge_stop(int round, bool leaving) override;
   FailureReport settle_failure(int round, int nodes, const FailureReport& fallback) override;
   // The store's host watches every node; with etcd, which no node hosts, every agent does.
@@ -54,8 +56,13 @@ class StoreRendezvous : public Rendezvous {
   void assign_places(int round, int closed);
   void connect_with_retry(std::chrono::steady_clock::time_point deadline);
   std::shared_ptr<ddp::Store> open_store(std::chrono::steady_clock::time_point deadline);
-  // etcd: the round's node 0 serves the workers' store; every node learns where.
+  // The round's node 0 serves the round's workers a fresh store (or picks worker rank 0's port);
+  // every node learns where.
   void settle_worker_store(const NodeAssignment& node);
+  // Closes this node's round's workers' store and its connection to node 0's.
+  void release_worker_store();
+  // Where node 0's workers' store is reached: MASTER_ADDR.
+  std::string worker_store_address() const;
   std::chrono::milliseconds heartbeat_limit() const;
   // Runs fn on the monitoring connection (the store's own on its host and with etcd); a request
   // that went unanswered for the heartbeat limit is reported as the store's host vanishing.
@@ -81,8 +88,9 @@ class StoreRendezvous : public Rendezvous {
   // A TCP store's non-hosting agents monitor the round (beat, failure, nodes waiting) through
   // a connection of their own whose requests give up after the heartbeat limit.
   std::shared_ptr<ddp::Store> monitor_store_;
-  std::shared_ptr<ddp::Store> worker_server_;  // etcd: the workers' store (round's node 0)
-  std::shared_ptr<ddp::Store> worker_client_;  // etcd: this node's connection to it
+  std::shared_ptr<ddp::Store> worker_server_;  // the round's workers' store (round's node 0)
+  std::shared_ptr<ddp::Store> worker_client_;  // this node's connection to it (admits workers)
+  WorkerStore worker_store_;
   std::string store_host_;
   int store_port_ = 0;
   int preferred_rank_ = -1;  // group rank from the previous round, for nodes without a rank

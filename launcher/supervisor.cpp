@@ -3,13 +3,16 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -92,7 +95,7 @@ void Supervisor::discard() {
   started_.reset();
 }
 
-void Supervisor::start(const NodeAssignment& node, const std::string& store_host, int store_port) {
+void Supervisor::start(const NodeAssignment& node, const WorkerStore& store) {
   discard();
   std::vector<std::string> argv = config_.command;
   argv[0] = program_;
@@ -121,8 +124,7 @@ void Supervisor::start(const NodeAssignment& node, const std::string& store_host
     w.err = std::make_unique<WorkerOutput>(
         w.rank, shown && !(redirected & kStderr) ? STDERR_FILENO : -1,
         to_file & kStderr ? dir + "/stderr.log" : "", kStderrTailLines);
-    EnvMap env =
-        worker_environment(agent_env_, config_, node, {lr, w.error_file}, store_host, store_port);
+    EnvMap env = worker_environment(agent_env_, config_, node, {lr, w.error_file}, store);
     env["DDP_FLIGHT_RECORDER_FILE"] = w.recorder_file;
     env["DDP_ABORT_FILE"] = w.abort_file;
     if (!w.live_file.empty()) env["DDP_LIVE_METRICS_FILE"] = w.live_file;
@@ -142,223 +144,357 @@ void Supervisor::start(const NodeAssignment& node, const std::string& store_host
   }
 }
 
-RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rendezvous) {
-  std::vector<Worker>& workers = workers_;
-  const bool elastic = config_.min_nodes < config_.max_nodes;
-  RoundStateMachine round(
-      {config_.shutdown_timeout, std::max(config_.monitor_interval, rendezvous.monitor_floor())},
-      Clock::now());
+// One supervised round: its state, and one method per event source (the workers' pipes and
+// exits, signals to ddprun, heartbeats, the group's store). Every transition goes through the
+// round's state machine (round_state.h); this class does the I/O around it.
+//
+// A collective that failed (a worker's exit 70, here or on another node) may be the echo of a
+// node that vanished without closing its connections: a worker whose op timeout is shorter
+// than the heartbeat limit gives up first. So the agent that watches heartbeats keeps watching
+// after such a failure, until every other node has stopped on purpose (marked its counter), a
+// node is declared lost (its loss then becomes the root cause), or the heartbeat limit has
+// passed: the round's root cause names the lost node whichever timeout fires first.
+class Supervisor::Round {
+ public:
+  Round(Supervisor& supervisor, const NodeAssignment& node, Rendezvous& rendezvous);
+  RoundOutcome run();
 
-  const auto act = [&](RoundAction action) {
-    if (action == RoundAction::kNone) return;
-    const int sig = action == RoundAction::kKillWorkers ? SIGKILL : round.stop_signal();
-    for (auto& w : workers) w.process->signal_group(sig);
-  };
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  bool any_running() const;
+  std::vector<pollfd> poll_set() const;
+  // Waits for output or a signal until the state machine's next wake; copies the output.
+  void wait_and_pump(std::vector<pollfd>& fds);
+  void take_signals();
+  void collect_exits();
+  void report_failure(Worker& w);
+  // The state machine's timers (the stop signal, SIGKILL) and the hang watch.
+  void tick(bool any_running);
+  // Heartbeats, other nodes' failures and nodes waiting to join; a store that stopped answering.
+  void watch_store(bool any_running);
+  void watch_heartbeats(Clock::time_point now, bool any_running);
+  void watch_group(Clock::time_point now);
+  void declare_lost(const std::vector<int>& lost, Clock::time_point now);
+  // Whether the round waits for the heartbeats' verdict on the other nodes before it ends.
+  bool awaiting_verdict(Clock::time_point now) const;
+  // Notes the group's root cause so far: a collective failure opens the wait for the verdict.
+  void note_root_cause(const FailureReport& root, Clock::time_point now);
+  void act(RoundAction action);
+  void abort_collectives(const std::string& reason);
+  FailureReport base_report() const;
+  // Tells the other nodes; returns the group's first failure as the store holds it.
+  FailureReport publish(const FailureReport& mine);
+  RoundOutcome conclude();
+  static std::vector<WatchedWorker> watched(const std::vector<Worker>& workers);
+
+  Supervisor& s_;
+  const NodeAssignment& node_;
+  Rendezvous& rendezvous_;
+  const bool elastic_;
+  RoundStateMachine round_;
+  HangWatch hangs_;
+  HeartbeatMonitor heartbeat_;
+  const bool watches_heartbeats_;
+  // A cause the workers cannot see was written to their DDP_ABORT_FILE.
+  bool aborted_ = false;
+  // Since when the group's root cause is a collective failure that a lost node may explain.
+  std::optional<Clock::time_point> verdict_since_;
+};
+
+namespace {
+
+HangWatch::Options hang_options(const LaunchConfig& config) {
+  HangWatch::Options options;
+  options.period = std::max(options.period, config.monitor_interval);
+  return options;
+}
+
+}  // namespace
+
+Supervisor::Round::Round(Supervisor& supervisor, const NodeAssignment& node, Rendezvous& rendezvous)
+    : s_(supervisor),
+      node_(node),
+      rendezvous_(rendezvous),
+      elastic_(supervisor.config_.min_nodes < supervisor.config_.max_nodes),
+      round_({supervisor.config_.shutdown_timeout,
+              std::max(supervisor.config_.monitor_interval, rendezvous.monitor_floor())},
+             Clock::now()),
+      hangs_(rendezvous.monitor_store(node.round, "hang"), node.group_rank, node.group_world_size,
+             supervisor.hostname_, watched(supervisor.workers_), hang_options(supervisor.config_)),
+      heartbeat_(node.group_world_size, supervisor.config_.rdzv.keep_alive_interval,
+                 supervisor.config_.rdzv.keep_alive_max_attempt, Clock::now()),
+      watches_heartbeats_(rendezvous.watches_heartbeats() && node.group_world_size > 1) {}
+
+RoundOutcome Supervisor::Round::run() {
+  for (;;) {
+    std::vector<pollfd> fds = poll_set();
+    const bool pipes_open = fds.size() > 1;
+    const bool running = any_running();
+    const auto now = Clock::now();
+    if (round_.finished(running, pipes_open, now) && !awaiting_verdict(now)) break;
+    wait_and_pump(fds);
+    take_signals();
+    collect_exits();
+    tick(running);
+    watch_store(running);
+  }
+  return conclude();
+}
+
+bool Supervisor::Round::any_running() const {
+  return std::any_of(s_.workers_.begin(), s_.workers_.end(),
+                     [](const Worker& w) { return w.process->running(); });
+}
+
+std::vector<pollfd> Supervisor::Round::poll_set() const {
+  std::vector<pollfd> fds = {{s_.inbox_.fd(), POLLIN, 0}};
+  for (const auto& w : s_.workers_) {
+    for (const int fd : {w.process->stdout_fd(), w.process->stderr_fd()}) {
+      if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+    }
+  }
+  return fds;
+}
+
+void Supervisor::Round::wait_and_pump(std::vector<pollfd>& fds) {
+  const auto wait_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(round_.next_wake() - Clock::now());
+  const int rc = poll(fds.data(), fds.size(), static_cast<int>(std::max<long>(0, wait_ms.count())));
+  if (rc < 0 && errno != EINTR) throw ddp::Error("poll failed: " + std::string(strerror(errno)));
+  for (auto& w : s_.workers_) {
+    if (w.process->stdout_fd() >= 0) pump(w.process->stdout_fd(), *w.out);
+    if (w.process->stderr_fd() >= 0) pump(w.process->stderr_fd(), *w.err);
+  }
+}
+
+void Supervisor::Round::take_signals() {
+  for (int s = s_.inbox_.take(); s != 0; s = s_.inbox_.take()) {
+    if (s == SIGCHLD) continue;  // exits are collected in any case
+    if (round_.signal_kills_now()) {
+      ddp::log::warn("received {} while stopping: killing the workers now", signal_name(s));
+      act(round_.signalled_again());
+      continue;
+    }
+    ddp::log::warn("received {}: forwarding it to the workers (SIGKILL in {:.1f} s)",
+                   signal_name(s), s_.config_.shutdown_timeout.count() / 1000.0);
+    FailureReport r = base_report();
+    r.kind = "agent";
+    r.signal = s;
+    r.exit_code = 128 + s;
+    r.message = "the node was asked to stop";
+    round_.agent_signalled(s, r, publish(r), Clock::now());
+  }
+}
+
+void Supervisor::Round::collect_exits() {
+  std::vector<pid_t> pids;
+  for (auto& w : s_.workers_) {
+    pids.push_back(w.process->pid());
+    if (!w.process->try_reap()) continue;
+    const ExitStatus& st = w.process->status();
+    if (w.process->stderr_fd() >= 0) pump(w.process->stderr_fd(), *w.err);
+    if (s_.board_ != nullptr) {
+      s_.board_->worker_exited(w.local_rank, st.code == 0 ? WorkerRunState::kSucceeded
+                                             : round_.reports_worker_failures()
+                                                 ? WorkerRunState::kFailed
+                                                 : WorkerRunState::kStopped);
+    }
+    if (st.code == 0) {
+      ddp::log::debug("rank {} finished", w.rank);
+      continue;
+    }
+    if (round_.reports_worker_failures()) report_failure(w);  // else a consequence of the stop
+  }
+  reap_orphans(pids);
+}
+
+void Supervisor::Round::report_failure(Worker& w) {
+  const ExitStatus& st = w.process->status();
+  FailureReport r = base_report();
+  r.rank = w.rank;
+  r.local_rank = w.local_rank;
+  r.pid = w.process->pid();
+  r.exit_code = st.code;
+  r.signal = st.signal;
+  r.stderr_tail.assign(w.err->tail().begin(), w.err->tail().end());
+  if (auto file = read_worker_error_file(w.error_file)) {
+    r.message = file->first;
+    r.worker_error_json = file->second.substr(0, 256 * 1024);
+  }
+  r.hang_diagnosis = hangs_.diagnosis();
+  const FailureReport root_cause = publish(r);
+  if (root_cause.to_json() == r.to_json()) {
+    ddp::log::error("{}; stopping this node's workers", r.headline());
+  } else {
+    ddp::log::error("{}, after the group failed: {}", r.headline(), root_cause.headline());
+  }
+  const auto now = Clock::now();
+  round_.worker_failed(root_cause, now);
+  note_root_cause(root_cause, now);
+}
+
+void Supervisor::Round::tick(bool any_running) {
+  const auto now = Clock::now();
+  const RoundAction due = round_.tick(now);
+  if (due == RoundAction::kKillWorkers) {
+    ddp::log::warn("workers still running {:.1f} s after the stop signal: sending SIGKILL",
+                   round_.kill_after().count() / 1000.0);
+  }
+  act(due);
+  if (round_.state() == RoundState::kRunning && any_running) hangs_.tick(now);
+}
+
+void Supervisor::Round::watch_store(bool any_running) {
+  if (round_.outcome().kind == RoundOutcome::Kind::kStoreLost) return;
+  const auto now = Clock::now();
+  try {
+    watch_heartbeats(now, any_running);
+    if (round_.monitor_due(now, any_running)) watch_group(now);
+  } catch (const ddp::StoreError& e) {
+    ddp::log::error("lost the rendezvous store ({}); stopping this node's workers", e.what());
+    abort_collectives(e.what());
+    round_.store_lost(e.what(), now);
+    verdict_since_.reset();
+  }
+}
+
+void Supervisor::Round::watch_heartbeats(Clock::time_point now, bool any_running) {
+  if (node_.group_world_size < 2) return;
+  // This node beats as long as it supervises, stopping or not: a node slow to stop is not lost.
+  if (heartbeat_.beat_due(now)) rendezvous_.beat(node_.round, node_.group_rank, 1);
+  const bool checking =
+      (round_.state() == RoundState::kRunning && any_running) || awaiting_verdict(now);
+  if (!watches_heartbeats_ || !checking || !heartbeat_.check_due(now)) return;
+  const auto lost =
+      heartbeat_.observe(rendezvous_.beats(node_.round, node_.group_world_size), Clock::now());
+  if (!lost.empty()) return declare_lost(lost, now);
+  if (!verdict_since_) return;
+  // Another node may have published the real cause meanwhile: then there is nothing to wait for.
+  const auto root = rendezvous_.failure(node_.round);
+  if (root && !root->is_consequence()) verdict_since_.reset();
+}
+
+void Supervisor::Round::declare_lost(const std::vector<int>& lost, Clock::time_point now) {
+  for (const int g : lost) rendezvous_.stand_in_for_lost(node_.round, g);
+  FailureReport r = base_report();
+  r.kind = "lost";
+  r.node_rank = lost.front();
+  r.hostname = rendezvous_.node_host(node_.round, lost.front());
+  r.exit_code = ddp::exit_code::kComm;
+  r.message = fmt::format(
+      "no heartbeat for {:.1f} s: its pod vanished without closing its connections "
+      "(deleted, powered off, or cut off from the network)",
+      std::chrono::duration<double>(heartbeat_.limit()).count());
+  const FailureReport root = publish(r);
+  ddp::log::error("{}; stopping this node's workers", root.headline());
+  if (root.kind == "lost") abort_collectives(root.headline());
+  round_.other_node_failed(root, now);
+  verdict_since_.reset();
+}
+
+bool Supervisor::Round::awaiting_verdict(Clock::time_point now) const {
+  if (!watches_heartbeats_ || !verdict_since_) return false;
+  // By then a node silent since before the failure has been declared lost.
+  if (now - *verdict_since_ > heartbeat_.limit() + 2 * heartbeat_.check_period()) return false;
+  return !heartbeat_.all_stopped_but(node_.group_rank);
+}
+
+void Supervisor::Round::note_root_cause(const FailureReport& root, Clock::time_point now) {
+  if (root.is_consequence() && !verdict_since_) verdict_since_ = now;
+}
+
+void Supervisor::Round::watch_group(Clock::time_point now) {
+  if (auto f = rendezvous_.failure(node_.round)) {
+    if (elastic_ && f->is_membership_change()) {
+      ddp::log::info("stopping this node's workers for the next round: {}", f->headline());
+    } else {
+      ddp::log::error("stopping this node's workers: {}", f->headline());
+    }
+    if (f->kind == "lost") abort_collectives(f->headline());
+    round_.other_node_failed(*f, now);
+    note_root_cause(*f, now);
+    return;
+  }
+  if (node_.group_world_size >= s_.config_.max_nodes) return;
+  if (const int waiting = rendezvous_.nodes_waiting(node_.round); waiting > 0) {
+    FailureReport r = base_report();
+    r.kind = "membership";
+    r.exit_code = 0;
+    r.message = std::to_string(waiting) + " node" + (waiting == 1 ? "" : "s") +
+                " waiting to join the " + std::to_string(node_.group_world_size) +
+                " running; the group grows at its next round";
+    const FailureReport first = publish(r);
+    ddp::log::info("stopping this node's workers for the next round: {}", first.headline());
+    round_.other_node_failed(first, now);
+  }
+}
+
+void Supervisor::Round::act(RoundAction action) {
+  if (action == RoundAction::kNone) return;
+  const int sig = action == RoundAction::kKillWorkers ? SIGKILL : round_.stop_signal();
+  for (auto& w : s_.workers_) w.process->signal_group(sig);
+}
+
+void Supervisor::Round::abort_collectives(const std::string& reason) {
   // A cause the workers cannot see (a node that vanished without closing its connections, or
   // the store's host gone so): their collectives give up now rather than at their timeout.
-  bool aborted = false;
-  const auto abort_collectives = [&](const std::string& reason) {
-    if (aborted) return;
-    aborted = true;
-    for (auto& w : workers) {
-      const std::string partial = w.abort_file + ".partial";
-      std::ofstream(partial) << reason << "\n";
-      std::error_code ignored;
-      std::filesystem::rename(partial, w.abort_file, ignored);
-    }
-  };
-  const auto base_report = [&]() {
-    FailureReport r;
-    r.node_rank = node.group_rank;
-    r.hostname = hostname_;
-    r.timestamp = static_cast<long long>(std::time(nullptr));
-    return r;
-  };
-  // Tells the other nodes; returns the group's first failure as the store holds it.
-  const auto publish = [&](const FailureReport& mine) {
-    try {
-      return rendezvous.publish_failure(node.round, mine);
-    } catch (const ddp::StoreError& e) {
-      ddp::log::warn("could not tell the other nodes about the failure: {}", e.what());
-      return mine;
-    }
-  };
-
-  std::vector<WatchedWorker> watched;
-  for (const auto& w : workers) {
-    watched.push_back({w.rank, w.local_rank, static_cast<int>(w.process->pid()), w.recorder_file});
+  if (aborted_) return;
+  aborted_ = true;
+  for (auto& w : s_.workers_) {
+    const std::string partial = w.abort_file + ".partial";
+    std::ofstream(partial) << reason << "\n";
+    std::error_code ignored;
+    std::filesystem::rename(partial, w.abort_file, ignored);
   }
-  HangWatch::Options hang_options;
-  hang_options.period = std::max(hang_options.period, config_.monitor_interval);
-  HangWatch hangs(rendezvous.monitor_store(node.round, "hang"), node.group_rank,
-                  node.group_world_size, hostname_, std::move(watched), hang_options);
+}
 
-  HeartbeatMonitor heartbeat(node.group_world_size, config_.rdzv.keep_alive_interval,
-                             config_.rdzv.keep_alive_max_attempt, Clock::now());
-  const bool watches_heartbeats = rendezvous.watches_heartbeats() && node.group_world_size > 1;
-  // Heartbeats (heartbeat.h): this node's beat, and on the store's agent the others' check.
-  const auto watch_heartbeats = [&](Clock::time_point now, bool any_running) {
-    if (round.state() != RoundState::kRunning || !any_running) return;
-    if (node.group_world_size > 1 && heartbeat.beat_due(now)) {
-      rendezvous.beat(node.round, node.group_rank, 1);
-    }
-    if (!watches_heartbeats || !heartbeat.check_due(now)) return;
-    const auto lost =
-        heartbeat.observe(rendezvous.beats(node.round, node.group_world_size), Clock::now());
-    if (lost.empty()) return;
-    FailureReport r = base_report();
-    r.kind = "lost";
-    r.node_rank = lost.front();
-    r.hostname = rendezvous.node_host(node.round, lost.front());
-    r.exit_code = ddp::exit_code::kComm;
-    r.message = fmt::format(
-        "no heartbeat for {:.1f} s: its pod vanished without closing its connections "
-        "(deleted, powered off, or cut off from the network)",
-        std::chrono::duration<double>(heartbeat.limit()).count());
-    const FailureReport root = publish(r);
-    ddp::log::error("{}; stopping this node's workers", root.headline());
-    if (root.kind == "lost") abort_collectives(root.headline());
-    round.other_node_failed(root, now);
-  };
+FailureReport Supervisor::Round::base_report() const {
+  FailureReport r;
+  r.node_rank = node_.group_rank;
+  r.hostname = s_.hostname_;
+  r.timestamp = static_cast<long long>(std::time(nullptr));
+  return r;
+}
 
-  for (;;) {
-    bool pipes_open = false;
-    std::vector<pollfd> fds = {{inbox_.fd(), POLLIN, 0}};
-    for (auto& w : workers) {
-      for (int* fd : {&w.process->stdout_fd(), &w.process->stderr_fd()}) {
-        if (*fd >= 0) {
-          fds.push_back({*fd, POLLIN, 0});
-          pipes_open = true;
-        }
-      }
-    }
-    const bool any_running = std::any_of(workers.begin(), workers.end(),
-                                         [](const Worker& w) { return w.process->running(); });
-    if (round.finished(any_running, pipes_open, Clock::now())) break;
-
-    const auto wait_ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(round.next_wake() - Clock::now());
-    const int rc =
-        poll(fds.data(), fds.size(), static_cast<int>(std::max<long>(0, wait_ms.count())));
-    if (rc < 0 && errno != EINTR) throw ddp::Error("poll failed: " + std::string(strerror(errno)));
-
-    for (auto& w : workers) {
-      if (w.process->stdout_fd() >= 0) pump(w.process->stdout_fd(), *w.out);
-      if (w.process->stderr_fd() >= 0) pump(w.process->stderr_fd(), *w.err);
-    }
-
-    for (int s = inbox_.take(); s != 0; s = inbox_.take()) {
-      if (s == SIGCHLD) continue;  // exits are collected below in any case
-      if (round.signal_kills_now()) {
-        ddp::log::warn("received {} while stopping: killing the workers now", signal_name(s));
-        act(round.signalled_again());
-        continue;
-      }
-      ddp::log::warn("received {}: forwarding it to the workers (SIGKILL in {:.1f} s)",
-                     signal_name(s), config_.shutdown_timeout.count() / 1000.0);
-      FailureReport r = base_report();
-      r.kind = "agent";
-      r.signal = s;
-      r.exit_code = 128 + s;
-      r.message = "the node was asked to stop";
-      round.agent_signalled(s, r, publish(r), Clock::now());
-    }
-
-    std::vector<pid_t> pids;
-    for (auto& w : workers) {
-      pids.push_back(w.process->pid());
-      if (!w.process->try_reap()) continue;
-      const ExitStatus& st = w.process->status();
-      if (w.process->stderr_fd() >= 0) pump(w.process->stderr_fd(), *w.err);
-      if (board_ != nullptr) {
-        board_->worker_exited(w.local_rank, st.code == 0 ? WorkerRunState::kSucceeded
-                                            : round.reports_worker_failures()
-                                                ? WorkerRunState::kFailed
-                                                : WorkerRunState::kStopped);
-      }
-      if (st.code == 0) {
-        ddp::log::debug("rank {} finished", w.rank);
-        continue;
-      }
-      if (!round.reports_worker_failures()) continue;  // a consequence of the stop
-      FailureReport r = base_report();
-      r.rank = w.rank;
-      r.local_rank = w.local_rank;
-      r.pid = w.process->pid();
-      r.exit_code = st.code;
-      r.signal = st.signal;
-      r.stderr_tail.assign(w.err->tail().begin(), w.err->tail().end());
-      if (auto file = read_worker_error_file(w.error_file)) {
-        r.message = file->first;
-        r.worker_error_json = file->second.substr(0, 256 * 1024);
-      }
-      r.hang_diagnosis = hangs.diagnosis();
-      const FailureReport root_cause = publish(r);
-      if (root_cause.to_json() == r.to_json()) {
-        ddp::log::error("{}; stopping this node's workers", r.headline());
-      } else {
-        ddp::log::error("{}, after the group failed: {}", r.headline(), root_cause.headline());
-      }
-      round.worker_failed(root_cause, Clock::now());
-    }
-    reap_orphans(pids);
-
-    const auto now = Clock::now();
-    const RoundAction due = round.tick(now);
-    if (due == RoundAction::kKillWorkers) {
-      ddp::log::warn("workers still running {:.1f} s after the stop signal: sending SIGKILL",
-                     round.kill_after().count() / 1000.0);
-    }
-    act(due);
-    if (round.state() == RoundState::kRunning && any_running) hangs.tick(now);
-    try {
-      watch_heartbeats(now, any_running);
-      if (round.monitor_due(now, any_running)) {
-        if (auto f = rendezvous.failure(node.round)) {
-          if (elastic && f->is_membership_change()) {
-            ddp::log::info("stopping this node's workers for the next round: {}", f->headline());
-          } else {
-            ddp::log::error("stopping this node's workers: {}", f->headline());
-          }
-          if (f->kind == "lost") abort_collectives(f->headline());
-          round.other_node_failed(*f, now);
-        } else if (node.group_world_size < config_.max_nodes) {
-          if (const int waiting = rendezvous.nodes_waiting(node.round); waiting > 0) {
-            FailureReport r = base_report();
-            r.kind = "membership";
-            r.exit_code = 0;
-            r.message = std::to_string(waiting) + " node" + (waiting == 1 ? "" : "s") +
-                        " waiting to join the " + std::to_string(node.group_world_size) +
-                        " running; the group grows at its next round";
-            const FailureReport first = publish(r);
-            ddp::log::info("stopping this node's workers for the next round: {}", first.headline());
-            round.other_node_failed(first, now);
-          }
-        }
-      }
-    } catch (const ddp::StoreError& e) {
-      ddp::log::error("lost the rendezvous store ({}); stopping this node's workers", e.what());
-      abort_collectives(e.what());
-      round.store_lost(e.what(), now);
-    }
+FailureReport Supervisor::Round::publish(const FailureReport& mine) {
+  try {
+    return rendezvous_.publish_failure(node_.round, mine);
+  } catch (const ddp::StoreError& e) {
+    ddp::log::warn("could not tell the other nodes about the failure: {}", e.what());
+    return mine;
   }
+}
 
+RoundOutcome Supervisor::Round::conclude() {
   std::vector<ExitStatus> statuses;
-  for (const auto& w : workers) statuses.push_back(w.process->status());
-  if (auto revision = round.settle(statuses)) {
+  for (const auto& w : s_.workers_) statuses.push_back(w.process->status());
+  if (auto revision = round_.settle(statuses)) {
     try {
-      rendezvous.revise_failure(node.round, revision->first, revision->second);
-      round.set_root_cause(revision->second);
+      rendezvous_.revise_failure(node_.round, revision->first, revision->second);
+      round_.set_root_cause(revision->second);
     } catch (const ddp::StoreError& e) {
       ddp::log::warn("could not tell the other nodes the workers' exit code: {}", e.what());
     }
   }
-  started_.reset();
-  RoundOutcome outcome = round.outcome();
+  s_.started_.reset();
+  RoundOutcome outcome = round_.outcome();
   if (outcome.root_cause && outcome.root_cause->hang_diagnosis.empty()) {
-    outcome.root_cause->hang_diagnosis = hangs.diagnosis();
+    outcome.root_cause->hang_diagnosis = hangs_.diagnosis();
   }
   return outcome;
+}
+
+RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rendezvous) {
+  return Round(*this, node, rendezvous).run();
+}
+
+std::vector<WatchedWorker> Supervisor::Round::watched(const std::vector<Worker>& workers) {
+  std::vector<WatchedWorker> watched;
+  for (const auto& w : workers) {
+    watched.push_back({w.rank, w.local_rank, static_cast<int>(w.process->pid()), w.recorder_file});
+  }
+  return watched;
 }
 
 }  // namespace ddprun

@@ -29,8 +29,8 @@ class Supervisor {
              std::string log_root, SignalInbox& inbox, std::string hostname);
   ~Supervisor();
 
-  // Starts this node's workers for `node`, with the store at store_host:store_port.
-  void start(const NodeAssignment& node, const std::string& store_host, int store_port);
+  // Starts this node's workers for `node`, with their store at `store`.
+  void start(const NodeAssignment& node, const WorkerStore& store);
   // Whether the running workers were started for exactly this assignment.
   bool started_for(const NodeAssignment& node) const;
   // Kills and reaps the workers started last (when the rendezvous assigned something else).
@@ -49,6 +49,7 @@ class Supervisor {
 
  private:
   struct Worker;
+  class Round;  // one supervised round (supervisor.cpp)
 
   const LaunchConfig& config_;
   const EnvMap& agent_env_;

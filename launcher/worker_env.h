@@ -19,6 +19,15 @@ struct NodeAssignment {
   int restarts = 0;
 };
 
+// Where a round's workers find their c10d store (MASTER_ADDR, MASTER_PORT), and who serves it:
+// an agent (TORCHELASTIC_USE_AGENT_STORE=True, every worker a client), or worker rank 0
+// (False: with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as torchrun does).
+struct WorkerStore {
+  std::string host;
+  int port = 0;
+  bool agent_hosted = true;
+};
+
 struct WorkerSlot {
   int local_rank = 0;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE
@@ -29,6 +38,6 @@ struct WorkerSlot {
 // TORCHELASTIC_* and OMP_NUM_THREADS=1 when unset and more than one worker shares the node.
 EnvMap worker_environment(const EnvMap& agent_env, const LaunchConfig& config,
                           const NodeAssignment& node, const WorkerSlot& slot,
-                          const std::string& store_host, int store_port);
+                          const WorkerStore& store);
 
 }  // namespace ddprun

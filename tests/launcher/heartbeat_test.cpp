@@ -9,16 +9,34 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = HeartbeatMonitor::Clock;
 
-TEST(Heartbeat, BeatsAndChecksOncePerInterval) {
+TEST(Heartbeat, BeatsOncePerIntervalAndChecksFiveTimesAsOften) {
   const Clock::time_point t0 = Clock::now();
   HeartbeatMonitor h(3, 5s, 3, t0);
   EXPECT_TRUE(h.beat_due(t0));  // at once: the counter exists before the first check
   EXPECT_FALSE(h.beat_due(t0 + 4s));
   EXPECT_TRUE(h.beat_due(t0 + 5s));
-  EXPECT_FALSE(h.check_due(t0 + 4s));
-  EXPECT_TRUE(h.check_due(t0 + 5s));
-  EXPECT_FALSE(h.check_due(t0 + 6s));
+  EXPECT_EQ(h.check_period(), 1s);
+  EXPECT_FALSE(h.check_due(t0 + 900ms));
+  EXPECT_TRUE(h.check_due(t0 + 1s));
+  EXPECT_FALSE(h.check_due(t0 + 1500ms));
+  EXPECT_TRUE(h.check_due(t0 + 2s));
   EXPECT_EQ(h.limit(), 15s);
+}
+
+// The verdict a collective failure waits for (supervisor.cpp): every other node stopped on
+// purpose, or one is lost.
+TEST(Heartbeat, KnowsWhenEveryOtherNodeStoppedOnPurpose) {
+  const Clock::time_point t0 = Clock::now();
+  HeartbeatMonitor h(3, 1s, 3, t0);
+  EXPECT_FALSE(h.all_stopped_but(0));  // nothing observed yet
+  const int64_t done = HeartbeatMonitor::kFinished + 4;
+  EXPECT_TRUE(h.observe({4, 4, 4}, t0 + 1s).empty());
+  EXPECT_FALSE(h.all_stopped_but(0));
+  EXPECT_TRUE(h.observe({5, done, 5}, t0 + 2s).empty());
+  EXPECT_FALSE(h.all_stopped_but(0));
+  EXPECT_TRUE(h.observe({5, done, done}, t0 + 3s).empty());
+  EXPECT_TRUE(h.all_stopped_but(0));
+  EXPECT_FALSE(h.all_stopped_but(1));  // node 0 still beats
 }
 
 TEST(Heartbeat, ANodeWhoseCounterStopsIsLostAfterTheLimitOnce) {

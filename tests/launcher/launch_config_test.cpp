@@ -204,6 +204,16 @@ TEST(LaunchConfig, StandaloneUsesAFreePortAndAFreshRunId) {
             std::string::npos);
 }
 
+// torchrun's opt-out of sharing its store with the workers, read as torch reads it ("1" only).
+TEST(LaunchConfig, TorchDisableShareRdzvTcpStoreMakesWorkerRankZeroServeTheStore) {
+  EXPECT_TRUE(resolve({"--standalone", "a"}).share_worker_store);
+  EXPECT_TRUE(resolve({"--standalone", "a"}, {{"TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0"}})
+                  .share_worker_store);
+  const auto c = resolve({"--standalone", "a"}, {{"TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"}});
+  EXPECT_FALSE(c.share_worker_store);
+  EXPECT_NE(c.describe().find("worker rank 0 serves the workers' store"), std::string::npos);
+}
+
 TEST(LaunchConfig, NprocKeywords) {
   EXPECT_EQ(resolve({"--nproc-per-node", "cpu", "a"}).nproc_per_node, 6);
   EXPECT_EQ(resolve({"--nproc-per-node", "auto", "a"}).nproc_per_node, 6);

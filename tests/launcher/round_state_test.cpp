@@ -208,5 +208,44 @@ TEST_F(Round, TheRoundEndsWhenTheWorkersAreReapedAndThePipesDrained) {
   EXPECT_TRUE(closed.finished(false, false, t0));
 }
 
+// What the agent does once a round is over (decide_after_round).
+RoundOutcome outcome_of(RoundOutcome::Kind kind, const std::string& root_kind = "worker") {
+  RoundOutcome o;
+  o.kind = kind;
+  if (kind == RoundOutcome::Kind::kFailed || kind == RoundOutcome::Kind::kInterrupted) {
+    o.root_cause = worker_failure(1, 1);
+    o.root_cause->kind = root_kind;
+    if (root_kind == "agent") o.root_cause->signal = SIGTERM;  // the node was asked to stop
+  }
+  return o;
+}
+
+TEST(AfterRound, SuccessWaitsAtTheExitBarrierAndALostStoreEndsTheNode) {
+  EXPECT_EQ(decide_after_round(outcome_of(RoundOutcome::Kind::kSucceeded), false, 0, 3),
+            AfterRound::kExitBarrier);
+  EXPECT_EQ(decide_after_round(outcome_of(RoundOutcome::Kind::kStoreLost), true, 0, 3),
+            AfterRound::kStoreLost);
+  EXPECT_EQ(decide_after_round(outcome_of(RoundOutcome::Kind::kInterrupted, "agent"), true, 0, 3),
+            AfterRound::kLeave);
+}
+
+TEST(AfterRound, AFailureRestartsWhileRestartsAreLeftThenGivesUp) {
+  const auto failed = outcome_of(RoundOutcome::Kind::kFailed);
+  EXPECT_EQ(decide_after_round(failed, false, 0, 1), AfterRound::kRestart);
+  EXPECT_EQ(decide_after_round(failed, false, 1, 1), AfterRound::kGiveUp);
+  EXPECT_EQ(decide_after_round(failed, true, 0, 0), AfterRound::kGiveUp);
+  EXPECT_STREQ(to_string(AfterRound::kGiveUp), "give up");
+}
+
+TEST(AfterRound, MembershipChangesMoveAnElasticGroupOnWithoutARestart) {
+  for (const char* kind : {"membership", "agent", "lost"}) {
+    const auto changed = outcome_of(RoundOutcome::Kind::kFailed, kind);
+    EXPECT_EQ(decide_after_round(changed, true, 0, 0), AfterRound::kNextRound) << kind;
+    // A job of a fixed size treats them as failures.
+    EXPECT_EQ(decide_after_round(changed, false, 0, 0), AfterRound::kGiveUp) << kind;
+    EXPECT_EQ(decide_after_round(changed, false, 0, 2), AfterRound::kRestart) << kind;
+  }
+}
+
 }  // namespace
 }  // namespace ddprun

@@ -33,7 +33,7 @@ TEST(WorkerEnvironment, HasEveryTorchrunVariable) {
                       /*rank_offset=*/2, /*world_size=*/6};
   const EnvMap agent = {{"PATH", "/bin"}, {"RANK", "9"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"}};
   const EnvMap env =
-      worker_environment(agent, config, node, {1, "/logs/1/error.json"}, "train-0.train", 29500);
+      worker_environment(agent, config, node, {1, "/logs/1/error.json"}, {"train-0.train", 29500});
   const EnvMap expected = {{"PATH", "/bin"},
                            {"RANK", "3"},
                            {"LOCAL_RANK", "1"},
@@ -57,14 +57,22 @@ TEST(WorkerEnvironment, HasEveryTorchrunVariable) {
   EXPECT_EQ(env, expected);
 }
 
+// TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: worker rank 0 serves the store, as under torchrun.
+TEST(WorkerEnvironment, AWorkerHostedStoreIsNotTheAgents) {
+  const EnvMap env = worker_environment({}, LaunchConfig{}, {}, {}, {"10.0.0.7", 41234, false});
+  EXPECT_EQ(env.at("TORCHELASTIC_USE_AGENT_STORE"), "False");
+  EXPECT_EQ(env.at("MASTER_ADDR"), "10.0.0.7");
+  EXPECT_EQ(env.at("MASTER_PORT"), "41234");
+}
+
 TEST(WorkerEnvironment, KeepsOmpNumThreadsAndSetsItOnlyForSeveralWorkers) {
   LaunchConfig config;
   config.nproc_per_node = 4;
-  EXPECT_EQ(
-      worker_environment({{"OMP_NUM_THREADS", "8"}}, config, {}, {}, "h", 1).at("OMP_NUM_THREADS"),
-      "8");
+  EXPECT_EQ(worker_environment({{"OMP_NUM_THREADS", "8"}}, config, {}, {}, {"h", 1})
+                .at("OMP_NUM_THREADS"),
+            "8");
   config.nproc_per_node = 1;
-  EXPECT_EQ(worker_environment({}, config, {}, {}, "h", 1).count("OMP_NUM_THREADS"), 0u);
+  EXPECT_EQ(worker_environment({}, config, {}, {}, {"h", 1}).count("OMP_NUM_THREADS"), 0u);
 }
 
 class CapturedFd {

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <thread>
 
+#include "ddp/error.h"
+
 namespace ddp::net {
 
 std::string numeric_address(const sockaddr* addr) {
@@ -85,6 +87,21 @@ bool wait_for_listener(const std::string& host, int port,
     std::this_thread::sleep_for(std::min(pause, left));
     pause = std::min(pause * 2, milliseconds(100));
   }
+}
+
+int free_tcp_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int error = errno;
+    if (fd >= 0) close(fd);
+    throw StoreError(std::string("cannot find a free TCP port: ") + std::strerror(error));
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
 }
 
 }  // namespace ddp::net

@@ -2,7 +2,9 @@
 // Every test has hard deadlines and kills what it started (see child_process.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -369,6 +371,40 @@ TEST(DdprunProcess, AStoreHostThatFallsSilentStopsTheOtherNodesWithinTheHeartbea
   EXPECT_NE(out.find("aborted by ddprun: the rendezvous store's host"), std::string::npos) << out;
   EXPECT_TRUE(wait_all_dead(printed_pids(out), seconds(10)));
 }
+
+// A node falls silent (SIGSTOP: no socket is closed) while the workers' op timeout
+// (DDP_TIMEOUT_SEC) is shorter than, equal to or longer than the default heartbeat limit (5 s x 3):
+// whichever fires first, the lost node is the root cause, never the survivor whose collective
+// timed out, and the survivor exits within max(op timeout, heartbeat limit) + 5 s.
+class SilentNodeUnderOpTimeout : public ::testing::TestWithParam<int> {};
+
+TEST_P(SilentNodeUnderOpTimeout, TheLostNodeIsTheRootCause) {
+  const int op_timeout = GetParam();
+  const int port = ddp::testing::free_tcp_port();
+  const std::map<std::string, std::string> env = {{"DDP_TIMEOUT_SEC", std::to_string(op_timeout)}};
+  const std::vector<std::string> worker = {kWorker, "--iterations", "100000", "--interval-ms",
+                                           "20"};
+  ChildProcess node0(cmd(node_flags(0, port, 1), worker), env);
+  ChildProcess node1(cmd(node_flags(1, port, 1), worker), env);
+  ASSERT_TRUE(node0.wait_for_output("first_allreduce", seconds(90))) << node0.output();
+  ASSERT_TRUE(node1.wait_for_output("first_allreduce", seconds(30))) << node1.output();
+  SilentNode stopped(node1);
+  ASSERT_TRUE(stopped.ok());
+  const auto start = std::chrono::steady_clock::now();
+  const auto code = node0.wait(seconds(120));
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string out = node0.output();
+  std::printf("DDP_TIMEOUT_SEC=%d: the survivor exited %.1f s after node 1 fell silent\n",
+              op_timeout, took);
+  EXPECT_EQ(code, ddp::exit_code::kComm) << out;
+  EXPECT_LT(took, std::max(op_timeout, 15) + 5) << out;
+  EXPECT_NE(out.find("root cause (first failure): node 1 ("), std::string::npos) << out;
+  EXPECT_NE(out.find("was lost: no heartbeat for 15.0 s"), std::string::npos) << out;
+  EXPECT_TRUE(wait_all_dead(printed_pids(out), seconds(10)));
+}
+
+INSTANTIATE_TEST_SUITE_P(OpTimeouts, SilentNodeUnderOpTimeout, ::testing::Values(5, 15, 60));
 
 TEST(DdprunProcess, WorkerExitCodeReachesEveryNodeAndTheErrorFile) {
   const int port = ddp::testing::free_tcp_port();

@@ -2,13 +2,17 @@
 // Debian's python3-torch 1.13 across two agents (nodes) on loopback with two workers each, and
 // with PyTorch 2.6 (the trixie root of tests/interop/prepare-torch2-root, the ctest fixture
 // interop.torch2_root) as workers of this ddprun, one node and two, and with ddprun itself
-// copied into that root, as a user copies it into their own PyTorch image.
+// copied into that root, as a user copies it into their own PyTorch image. Restarts and elastic
+// membership changes form the group again with either version: each round's workers get a
+// store of their own (launcher/rendezvous.h), torchrun's opt-out of sharing included.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "child_process.h"
@@ -20,6 +24,8 @@ namespace {
 using std::chrono::seconds;
 
 const std::string kScript = std::string(TEST_SOURCE_DIR) + "/gloo_allreduce.py";
+const std::string kRestartScript = std::string(TEST_SOURCE_DIR) + "/gloo_restart.py";
+const std::string kElasticScript = std::string(TEST_SOURCE_DIR) + "/gloo_elastic.py";
 const std::string kTorch2Python = std::string(INTEROP_DIR) + "/torch2-python";
 
 // `nodes` agents of two workers each on loopback; each agent's argv is `prefix`, `ddprun` (if
@@ -96,6 +102,121 @@ TEST(DdprunPython, DdprunCopiedIntoAPyTorch2RootRunsOneAndTwoNodeJobs) {
   env.erase("PYTHON_EXEC");
   run_job(1, {kTorch2Python}, "", env, "2.");
   run_job(2, {kTorch2Python}, "", env, "2.");
+}
+
+std::map<std::string, std::string> torch113_env() {
+  return {{"PYTHON_EXEC", "/usr/bin/python3"}, {"GLOO_SOCKET_IFNAME", "lo"}};
+}
+
+#define REQUIRE_TORCH113()                                                                   \
+  if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0)    \
+  GTEST_SKIP() << "/usr/bin/python3 cannot import torch.distributed; install python3-torch " \
+                  "(scripts/install-deps) to run this test"
+
+// c10d rendezvous at 127.0.0.1:port, one worker per node, as torchelastic's examples run.
+std::vector<std::string> c10d_flags(int port, const std::string& nnodes, const std::string& id) {
+  return {DDPRUN_PATH,
+          "--nnodes",
+          nnodes,
+          "--nproc-per-node",
+          "1",
+          "--rdzv-backend",
+          "c10d",
+          "--rdzv-endpoint",
+          "127.0.0.1:" + std::to_string(port),
+          "--rdzv-id",
+          id,
+          "--monitor-interval",
+          "0.05",
+          "--rdzv-conf",
+          "last_call_timeout=0.5"};
+}
+
+// Two nodes whose last rank leaves attempt 0 (gloo_restart.py), `runs` times: every restart
+// must form the group again. Returns the number that did; each failure's output is reported.
+int completed_restarts(int runs, std::map<std::string, std::string> env) {
+  int completed = 0;
+  for (int run = 0; run < runs; ++run) {
+    const int port = ddp::testing::free_tcp_port();
+    std::vector<std::unique_ptr<ChildProcess>> agents;
+    for (int n = 0; n < 2; ++n) {
+      auto argv = c10d_flags(port, "2", "restart" + std::to_string(run));
+      argv.insert(argv.end(), {"--max-restarts", "1", kRestartScript});
+      agents.push_back(std::make_unique<ChildProcess>(argv, env));
+    }
+    bool ok = true;
+    std::string all;
+    for (auto& a : agents) {
+      ok = a->wait(seconds(120)) == 0 && ok;
+      all += a->output();
+    }
+    ok = ok && count_of(all, "attempt=1 sum=3.0 expected=3.0") == 2;
+    if (!ok) ADD_FAILURE() << "run " << run << " did not complete its restart:\n" << all;
+    completed += ok ? 1 : 0;
+  }
+  return completed;
+}
+
+TEST(DdprunPython, Torch2RestartsFormTheGroupAgainEveryTime) {
+  REQUIRE_ROOT();
+  const int completed = completed_restarts(20, torch2_env());
+  std::printf("torch 2.6 workers: %d of 20 restarts completed\n", completed);
+  EXPECT_EQ(completed, 20);
+}
+
+TEST(DdprunPython, Torch113RestartsFormTheGroupAgainEveryTime) {
+  REQUIRE_TORCH113();
+  const int completed = completed_restarts(5, torch113_env());
+  std::printf("torch 1.13 workers: %d of 5 restarts completed\n", completed);
+  EXPECT_EQ(completed, 5);
+}
+
+// TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: worker rank 0 serves each round's store, as under
+// torchrun, and the workers are told so (TORCHELASTIC_USE_AGENT_STORE=False).
+TEST(DdprunPython, WorkerHostedStoresRestartWithEitherTorch) {
+  REQUIRE_ROOT();
+  REQUIRE_TORCH113();
+  for (auto env : {torch2_env(), torch113_env()}) {
+    env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1";
+    EXPECT_EQ(completed_restarts(3, env), 3) << env.at("PYTHON_EXEC");
+  }
+}
+
+// A --nnodes 1:2 job of Python workers grows from one node to two, then shrinks back when the
+// second node's agent is stopped (SIGTERM, as when its pod is deleted): each round forms the
+// group at its size, no restart is used, and the job finishes with code 0.
+void grow_and_shrink(const std::map<std::string, std::string>& env) {
+  const int port = ddp::testing::free_tcp_port();
+  char dir_template[] = "/tmp/ddprun-elastic-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  const std::string stop_file = dir + "/stop";
+  auto argv = c10d_flags(port, "1:2", "elastic");
+  argv.insert(argv.end(), {"--max-restarts", "0", kElasticScript, stop_file});
+  ChildProcess first(argv, env);
+  ASSERT_TRUE(first.wait_for_output("round=0 world=1 ok", seconds(120))) << first.output();
+  {
+    ChildProcess second(argv, env);
+    EXPECT_TRUE(first.wait_for_output("round=1 world=2 ok", seconds(120))) << first.output();
+    EXPECT_TRUE(second.wait_for_output("round=1 world=2 ok", seconds(30))) << second.output();
+    second.signal(SIGTERM);
+    EXPECT_NE(second.wait(seconds(60)), 0) << second.output();
+  }
+  EXPECT_TRUE(first.wait_for_output("round=2 world=1 ok", seconds(120))) << first.output();
+  std::ofstream(stop_file) << "stop\n";
+  EXPECT_EQ(first.wait(seconds(60)), 0) << first.output();
+  EXPECT_NE(first.output().find("round=2 finished"), std::string::npos) << first.output();
+  EXPECT_EQ(count_of(first.output(), "restarting the group"), 0) << first.output();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DdprunPython, Torch2ElasticJobGrowsAndShrinks) {
+  REQUIRE_ROOT();
+  grow_and_shrink(torch2_env());
+}
+
+TEST(DdprunPython, Torch113ElasticJobGrowsAndShrinks) {
+  REQUIRE_TORCH113();
+  grow_and_shrink(torch113_env());
 }
 
 }  // namespace

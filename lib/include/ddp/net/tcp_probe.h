@@ -32,6 +32,11 @@ std::string probe_tcp(const std::string& host, int port,
 bool wait_for_listener(const std::string& host, int port,
                        std::chrono::steady_clock::time_point deadline);
 
+// A TCP port that was free a moment ago (bound to port 0, then released), for a server that
+// another process starts later (torchrun picks its workers' store port the same way). Throws
+// ddp::StoreError if no socket can be bound.
+int free_tcp_port();
+
 // The numeric form of an IPv4 or IPv6 socket address ("" for other families).
 std::string numeric_address(const sockaddr* addr);
 
