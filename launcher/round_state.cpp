@@ -139,24 +139,6 @@ std::optional<std::pair<FailureReport, FailureReport>> RoundStateMachine::settle
   return std::make_pair(*own_agent_record_, revised);
 }
 
-const char* to_string(AfterRound decision) {
-  switch (decision) {
-    case AfterRound::kExitBarrier:
-      return "exit barrier";
-    case AfterRound::kStoreLost:
-      return "store lost";
-    case AfterRound::kNextRound:
-      return "next round";
-    case AfterRound::kLeave:
-      return "leave";
-    case AfterRound::kRestart:
-      return "restart";
-    case AfterRound::kGiveUp:
-      return "give up";
-  }
-  return "unknown";
-}
-
 AfterRound decide_after_round(const RoundOutcome& outcome, bool elastic, int restarts_used,
                               int max_restarts) {
   switch (outcome.kind) {

@@ -147,7 +147,6 @@ enum class AfterRound {
   kRestart,      // a failure with restarts left: the next round, one restart used
   kGiveUp,       // a failure and no restart left: settle the root cause with the others, exit
 };
-const char* to_string(AfterRound decision);
 
 // `restarts_used`: the failed rounds before this one (NodeAssignment::restarts).
 AfterRound decide_after_round(const RoundOutcome& outcome, bool elastic, int restarts_used,
