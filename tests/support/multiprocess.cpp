@@ -81,8 +81,9 @@ std::string stacks_of(pid_t pid, std::chrono::milliseconds limit) {
     dup2(out[1], STDERR_FILENO);
     close(out[0]);
     close(out[1]);
-    execlp("gdb", "gdb", "-batch", "-nx", "-q", "-p", target.c_str(), "-ex", "thread apply all bt",
-           static_cast<char*>(nullptr));
+    // Ascending: the main thread first, so that a log cut short still shows where it waits.
+    execlp("gdb", "gdb", "-batch", "-nx", "-q", "-p", target.c_str(), "-ex",
+           "thread apply all -ascending bt", static_cast<char*>(nullptr));
     _exit(127);
   }
   close(out[1]);

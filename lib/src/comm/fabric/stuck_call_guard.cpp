@@ -1,9 +1,11 @@
 #include "comm/fabric/stuck_call_guard.h"
 
+#include <fcntl.h>
 #include <unistd.h>
-#include <algorithm>
 
+#include <algorithm>
 #include <csignal>
+#include <cstring>
 
 namespace ddp::detail::fabric {
 namespace {
@@ -15,12 +17,31 @@ __attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* t_escape = n
 __attribute__((tls_model("initial-exec"))) thread_local unsigned long t_call = 0;
 __attribute__((tls_model("initial-exec"))) thread_local const std::atomic<unsigned long>* t_doomed =
     nullptr;
+// This thread's id, looked up once (a system call).
+__attribute__((tls_model("initial-exec"))) thread_local pid_t t_tid = 0;
 
 // CPU time `clock` has used; `fallback` when the thread is gone.
 std::chrono::nanoseconds cpu_time(clockid_t clock, std::chrono::nanoseconds fallback) {
   timespec t{};
   if (clock_gettime(clock, &t) != 0) return fallback;
   return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
+}
+
+// Whether thread `tid` of this process is runnable: running, or ready and waiting for a core.
+// False when it sleeps in the kernel (a lock's futex, poll) or cannot be read.
+bool runnable(pid_t tid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/self/task/%d/stat", static_cast<int>(tid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char stat[512];
+  const ssize_t got = ::read(fd, stat, sizeof(stat) - 1);
+  ::close(fd);
+  if (got <= 0) return false;
+  stat[got] = '\0';
+  // "tid (comm) S ...": the name may hold spaces and parentheses, the state follows the last ')'.
+  const char* end_of_name = std::strrchr(stat, ')');
+  return end_of_name && end_of_name[1] == ' ' && end_of_name[2] == 'R';
 }
 
 void on_escape_signal(int) {
@@ -60,14 +81,19 @@ StuckCallGuard::~StuckCallGuard() {
 int StuckCallGuard::escape_signal() { return SIGRTMIN + 7; }
 
 void StuckCallGuard::enter(sigjmp_buf* escape, std::chrono::milliseconds wall_limit) {
-  t_escape = escape;
   call_wall_limit_ms_.store(wall_limit.count(), std::memory_order_relaxed);
-  t_doomed = &doomed_call_;
   clockid_t clock = CLOCK_THREAD_CPUTIME_ID;
   pthread_getcpuclockid(pthread_self(), &clock);  // arithmetic on the thread id, no system call
+  if (t_tid == 0) t_tid = ::gettid();
   caller_.store(pthread_self(), std::memory_order_relaxed);
+  caller_tid_.store(t_tid, std::memory_order_relaxed);
   caller_cpu_clock_.store(clock, std::memory_order_relaxed);
+  // This call's number before its escape: a late signal for the call before must find the
+  // numbers differ, not jump out of this call before it has begun.
+  t_doomed = &doomed_call_;
   t_call = calls_.fetch_add(1, std::memory_order_relaxed) + 1;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_escape = escape;
   // Publishes the stores above to a watchdog that reads in_call_ first.
   in_call_.store(true, std::memory_order_release);
 }
@@ -128,7 +154,11 @@ void StuckCallGuard::watch() {
     Reason reason = Reason::kNone;
     if (cpu_now - cpu_at_sight >= cpu_limit_) {
       reason = Reason::kSpinning;
-    } else if (now - wall_at_sight >= wall_limit) {
+    } else if (now - wall_at_sight >= wall_limit &&
+               !runnable(caller_tid_.load(std::memory_order_relaxed))) {
+      // Only a call that sleeps (on a lock no one releases, say) overruns. A runnable one is
+      // computing or waiting for a core on a busy host, and may be inside malloc or another
+      // libc lock, which a jump out of would leave held for good; the CPU limit judges it.
       reason = Reason::kOverran;
       abandoned_wall_limit_ms_.store(wall_limit.count(), std::memory_order_relaxed);
     }

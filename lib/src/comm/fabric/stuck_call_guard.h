@@ -6,14 +6,18 @@
 //
 // Calls run through run(). A watchdog thread samples the calling thread a few times a second.
 // A call is stuck once it has burnt `cpu_limit` of its thread's CPU time (a spin on a lock no
-// one will release) or has run for `wall_limit` (a wait on one, or anything else that outlives
-// the op's timeout). Wall time alone misjudges an oversubscribed host: with 24 processes on 2
-// cores, one tcp;ofi_rxm call of a 64 MiB allreduce ran for over a second while using 0.19 s of
-// CPU. The watchdog then signals the thread, whose handler jumps back out of the provider to
-// run(), which reports false. The endpoint that call used is in an unknown state from then on
-// and must never be used or closed again, only leaked.
+// one will release) or has slept in the kernel past `wall_limit` (a wait on one, or anything
+// else that outlives the op's timeout). Wall time alone misjudges an oversubscribed host: with
+// 24 processes on 2 cores, one tcp;ofi_rxm call of a 64 MiB allreduce ran for over a second while
+// using 0.19 s of CPU. So a call that is runnable at its wall limit (computing, or ready and
+// waiting for a core) is left to the CPU limit: it may be inside malloc, whose lock a jump
+// would leave held, and the next allocation would wait forever. The watchdog signals a stuck
+// call's thread, whose handler jumps back out of the provider to run(), which reports false.
+// The endpoint that call used is in an unknown state from then on and must never be used or
+// closed again, only leaked.
 // A forked child must not destroy its copy of a guard (the watchdog lives in the parent).
 #include <pthread.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
@@ -73,6 +77,7 @@ class StuckCallGuard {
   std::atomic<std::chrono::milliseconds::rep> abandoned_wall_limit_ms_{0};
   std::atomic<Reason> reason_{Reason::kNone};
   std::atomic<pthread_t> caller_{};
+  std::atomic<pid_t> caller_tid_{0};
   std::atomic<clockid_t> caller_cpu_clock_{};
   std::atomic<bool> in_call_{false};
   std::atomic<unsigned long> calls_{0};

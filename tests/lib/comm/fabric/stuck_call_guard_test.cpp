@@ -69,6 +69,16 @@ TEST(StuckCallGuard, ACallThatWaitsIsAbandonedAtItsWallLimit) {
       guard, [&] { return guard.run([] { sleep_for(kGiveUp); }); }, 300ms, "ran for 300 ms");
 }
 
+TEST(StuckCallGuard, ACallThatComputesPastItsWallLimitIsLeftToTheCpuLimit) {
+  // Runnable all along (as a call waiting for a core on a busy host is): jumping out could
+  // leave a lock of libc's held. Twice the wall limit at a tenth of the CPU limit.
+  StuckCallGuard guard(6s, 300ms);
+  EXPECT_TRUE(guard.run([] { spin_for(600ms); }));
+  // The same thread asleep in the kernel past the limit is abandoned.
+  expect_abandoned(
+      guard, [&] { return guard.run([] { sleep_for(kGiveUp); }); }, 300ms, "ran for 300 ms");
+}
+
 TEST(StuckCallGuard, CpuTimeCountsPerCallNotAcrossCalls) {
   // 600 calls of 2 ms each burn 1.2 s in all, six times the limit, but none comes near it; nor
   // does a longer call after them, which the watchdog sees more than once.
