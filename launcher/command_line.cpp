@@ -103,7 +103,21 @@ const std::vector<FlagSpec>& flag_specs() {
       {"signals-to-handle", "", true, "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
        "Signals forwarded to the workers before stopping them"},
       {"shutdown-timeout", "", true, "30",
-       "Seconds workers get after a forwarded signal before SIGKILL"},
+       "Seconds workers get after a forwarded signal before SIGKILL; unset, "
+       "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
+      {"exit-barrier-timeout", "", true, "300",
+       "Seconds a node whose workers finished waits for the other nodes before exiting; unset, "
+       "rdzv-conf exit_barrier_timeout, then TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT"},
+      {"virtual-local-rank", "", false, "",
+       "Every worker sees LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES holding only its own device"},
+      {"duplicate-stdout-filters", "", true, "",
+       "Also write tee'd stdout lines that contain any of these comma-separated strings (',,' is "
+       "a comma) to attempt_N/filtered_stdout.log in the node's log directory"},
+      {"duplicate-stderr-filters", "", true, "",
+       "The same for stderr, into attempt_N/filtered_stderr.log"},
+      {"logs-specs", "", true, "",
+       "Accepted for compatibility: only torchrun's default log layout is available (a "
+       "torchrun.logs_specs entry point is Python code)"},
       {"metrics-port", "", true, "",
        "Serve Prometheus metrics (GET /metrics) on this port on every node: step time, images/s, "
        "loss, learning rate, allreduce wait and bytes, restarts, worker states (default: off)"},

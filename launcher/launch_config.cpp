@@ -171,6 +171,7 @@ void parse_rdzv_conf(const Sourced<std::string>& v, LaunchConfig& c) {
       c.rdzv.read_timeout = to_seconds(what, value, 0.001, 24 * 3600);
     } else if (key == "exit_barrier_timeout") {
       c.rdzv.exit_barrier_timeout = to_seconds(what, value, 0, 24 * 3600);
+      c.rdzv.exit_barrier_timeout_given = true;
     } else if (key == "keep_alive_interval") {
       c.rdzv.keep_alive_interval = to_seconds(what, value, 0.01, 3600);
     } else if (key == "keep_alive_max_attempt") {
@@ -474,15 +475,48 @@ void resolve_supervision(const CommandLine& cli, const EnvMap& env, const HostFa
   if (auto v = pick(cli, env, "monitor-interval")) {
     c.monitor_interval = to_seconds(v->source, v->value, 0.001, 3600);
   }
-  if (auto v = pick(cli, env, "shutdown-timeout")) {
-    c.shutdown_timeout = to_seconds(v->source, v->value, 0, 24 * 3600);
-  }
   const auto signals = pick(cli, env, "signals-to-handle")
-                           .value_or(Sourced<std::string>{"SIGTERM,SIGINT,SIGHUP,SIGQUIT", ""});
+                           .value_or(Sourced<std::string>{c.signals_to_handle_text, ""});
   for (const auto& name : split(signals.value, ',')) {
     c.signals_to_handle.push_back(parse_signal(signals.source, name));
   }
+  c.signals_to_handle_text = signals.value;
   if (auto v = pick(cli, env, "role")) c.role = v->value;
+}
+
+// The flag, else its PET_ form, else torchrun's own variable (TORCH_ELASTIC_*).
+std::optional<Sourced<std::string>> pick_or_variable(const CommandLine& cli, const EnvMap& env,
+                                                     const std::string& flag,
+                                                     const std::string& variable) {
+  if (auto v = pick(cli, env, flag)) return v;
+  if (auto value = env_value(env, variable)) return Sourced<std::string>{*value, variable};
+  return std::nullopt;
+}
+
+// How long workers get to stop, and nodes wait for each other at the end. Runs after
+// --rdzv-conf, whose exit_barrier_timeout the flag overrides and the variable does not.
+void resolve_timeouts(const CommandLine& cli, const EnvMap& env, LaunchConfig& c) {
+  if (auto v = pick_or_variable(cli, env, "shutdown-timeout", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
+    c.shutdown_timeout = to_seconds(v->source, v->value, 0, 24 * 3600);
+  }
+  auto barrier = pick(cli, env, "exit-barrier-timeout");
+  if (!barrier && !c.rdzv.exit_barrier_timeout_given) {
+    if (auto value = env_value(env, "TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT")) {
+      barrier = Sourced<std::string>{*value, "TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT"};
+    }
+  }
+  if (barrier)
+    c.rdzv.exit_barrier_timeout = to_seconds(barrier->source, barrier->value, 0, 24 * 3600);
+}
+
+// Flags torchrun has that ddprun accepts without acting on them, saying so.
+void resolve_compatibility(const CommandLine& cli, const EnvMap& env, LaunchConfig& c) {
+  if (auto v = pick(cli, env, "logs-specs")) {
+    throw ConfigError(v->source + "='" + v->value +
+                      "': a torchrun.logs_specs entry point is Python code, which ddprun cannot "
+                      "load; drop the flag for torchrun's default layout (--log-dir, --tee, "
+                      "--redirects)");
+  }
   if (auto v = pick(cli, env, "start-method")) {
     if (v->value != "spawn" && v->value != "fork" && v->value != "forkserver") {
       throw ConfigError(v->source + "='" + v->value + "' is not spawn, fork or forkserver");
@@ -516,9 +550,43 @@ void resolve_output(const CommandLine& cli, const EnvMap& env, LaunchConfig& c) 
     c.local_ranks_filter = ranks;
   }
   if (auto v = pick(cli, env, "local-addr")) c.local_addr = v->value;
+  if (auto v = pick(cli, env, "duplicate-stdout-filters")) {
+    c.duplicate_stdout_filters = split_filter_list(v->value);
+  }
+  if (auto v = pick(cli, env, "duplicate-stderr-filters")) {
+    c.duplicate_stderr_filters = split_filter_list(v->value);
+  }
+}
+
+// What each worker is told about its place on the node.
+void resolve_worker_view(const CommandLine& cli, const EnvMap& env, LaunchConfig& c) {
+  c.virtual_local_rank = pick_switch(cli, env, "virtual-local-rank");
+  if (!c.virtual_local_rank) return;
+  const auto devices = env_value(env, "CUDA_VISIBLE_DEVICES");
+  if (devices && static_cast<int>(split(*devices, ',').size()) < c.nproc_per_node) {
+    throw ConfigError("--virtual-local-rank: CUDA_VISIBLE_DEVICES=" + *devices + " lists " +
+                      std::to_string(split(*devices, ',').size()) + " devices for " +
+                      std::to_string(c.nproc_per_node) +
+                      " workers; list one per worker or lower --nproc-per-node");
+  }
 }
 
 }  // namespace
+
+std::vector<std::string> split_filter_list(const std::string& text) {
+  std::vector<std::string> items(1);
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != ',') {
+      items.back() += text[i];
+    } else if (i + 1 < text.size() && text[i + 1] == ',') {
+      items.back() += ',';
+      ++i;
+    } else {
+      items.emplace_back();
+    }
+  }
+  return items;
+}
 
 LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
                                    const HostFacts& host) {
@@ -531,7 +599,10 @@ LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
   resolve_node_rank(cli, env, pod, c);
   resolve_store_endpoint(cli, env, pod, c);
   resolve_supervision(cli, env, host, c);
+  resolve_timeouts(cli, env, c);
+  resolve_compatibility(cli, env, c);
   resolve_output(cli, env, c);
+  resolve_worker_view(cli, env, c);
   return c;
 }
 

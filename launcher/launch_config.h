@@ -34,6 +34,7 @@ struct RendezvousSettings {
   std::chrono::milliseconds last_call_timeout = std::chrono::seconds(30);
   std::chrono::milliseconds read_timeout = std::chrono::seconds(60);
   std::chrono::milliseconds exit_barrier_timeout = std::chrono::seconds(300);
+  bool exit_barrier_timeout_given = false;  // by rdzv-conf: TORCH_ELASTIC_* must not override it
   std::optional<bool> is_host;  // c10d: force hosting (true) or joining (false) the store
   // Agents beat through the store every keep_alive_interval while their workers run; a node
   // whose beat stops for keep_alive_max_attempt intervals is declared lost (torchrun's names
@@ -78,6 +79,14 @@ struct LaunchConfig {
   std::optional<std::set<int>> local_ranks_filter;
   std::string local_addr;
   std::vector<int> signals_to_handle;
+  // As given: the workers' TORCHELASTIC_SIGNALS_TO_HANDLE, as torchrun's agent exports it.
+  std::string signals_to_handle_text = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  // --virtual-local-rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES of one device per worker.
+  bool virtual_local_rank = false;
+  // --duplicate-std{out,err}-filters: tee'd lines holding any of these also go to
+  // attempt_N/filtered_std{out,err}.log.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
   // What each worker executes: argv[0] is a program name or path (PATH is searched at spawn).
   // Empty only for the doctor without a program.
   std::vector<std::string> command;
@@ -98,6 +107,9 @@ struct LaunchConfig {
 
 LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
                                    const HostFacts& host);
+
+// torchrun's comma_separated_list: "a,b" -> {"a", "b"}, ",," is a comma inside an item.
+std::vector<std::string> split_filter_list(const std::string& text);
 
 // "SIGTERM" / "TERM" / "15" -> 15. Throws ConfigError for unknown or uncatchable signals.
 int parse_signal(const std::string& what, const std::string& text);

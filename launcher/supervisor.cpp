@@ -95,10 +95,48 @@ void Supervisor::discard() {
   started_.reset();
 }
 
+// The round's files of --duplicate-std{out,err}-filters, none for a stream without filters.
+Supervisor::FilteredCopies Supervisor::filtered_copies(int round) const {
+  const std::string dir = log_root_ + "/attempt_" + std::to_string(round);
+  FilteredCopies copies;
+  if (!config_.duplicate_stdout_filters.empty() || !config_.duplicate_stderr_filters.empty()) {
+    std::filesystem::create_directories(dir);
+  }
+  if (!config_.duplicate_stdout_filters.empty()) {
+    copies.out = std::make_shared<FilteredCopy>(dir + "/filtered_stdout.log",
+                                                config_.duplicate_stdout_filters);
+  }
+  if (!config_.duplicate_stderr_filters.empty()) {
+    copies.err = std::make_shared<FilteredCopy>(dir + "/filtered_stderr.log",
+                                                config_.duplicate_stderr_filters);
+  }
+  return copies;
+}
+
+// Console, files and tail of a worker's two streams. As under torchrun, the filtered copies
+// take the tee'd streams of the ranks shown on the console.
+void Supervisor::open_outputs(Worker& w, const std::string& dir,
+                              const FilteredCopies& copies) const {
+  const int lr = w.local_rank;
+  const unsigned redirected = config_.redirects.for_rank(lr);
+  const unsigned teed = config_.tee.for_rank(lr);
+  const unsigned to_file = redirected | teed;
+  const bool shown = !config_.local_ranks_filter || config_.local_ranks_filter->count(lr) != 0;
+  w.out =
+      std::make_unique<WorkerOutput>(w.rank, shown && !(redirected & kStdout) ? STDOUT_FILENO : -1,
+                                     to_file & kStdout ? dir + "/stdout.log" : "", 0);
+  w.err = std::make_unique<WorkerOutput>(
+      w.rank, shown && !(redirected & kStderr) ? STDERR_FILENO : -1,
+      to_file & kStderr ? dir + "/stderr.log" : "", kStderrTailLines);
+  if (shown && (teed & kStdout) && copies.out) w.out->duplicate_to(copies.out);
+  if (shown && (teed & kStderr) && copies.err) w.err->duplicate_to(copies.err);
+}
+
 void Supervisor::start(const NodeAssignment& node, const WorkerStore& store) {
   discard();
   std::vector<std::string> argv = config_.command;
   argv[0] = program_;
+  const FilteredCopies copies = filtered_copies(node.round);
   for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
     Worker w;
     w.local_rank = lr;
@@ -115,15 +153,7 @@ void Supervisor::start(const NodeAssignment& node, const WorkerStore& store) {
       w.live_file = dir + "/live_metrics.bin";
       std::filesystem::remove(w.live_file);
     }
-    const unsigned redirected = config_.redirects.for_rank(lr);
-    const unsigned to_file = redirected | config_.tee.for_rank(lr);
-    const bool shown = !config_.local_ranks_filter || config_.local_ranks_filter->count(lr) != 0;
-    w.out = std::make_unique<WorkerOutput>(w.rank,
-                                           shown && !(redirected & kStdout) ? STDOUT_FILENO : -1,
-                                           to_file & kStdout ? dir + "/stdout.log" : "", 0);
-    w.err = std::make_unique<WorkerOutput>(
-        w.rank, shown && !(redirected & kStderr) ? STDERR_FILENO : -1,
-        to_file & kStderr ? dir + "/stderr.log" : "", kStderrTailLines);
+    open_outputs(w, dir, copies);
     EnvMap env = worker_environment(agent_env_, config_, node, {lr, w.error_file}, store);
     env["DDP_FLIGHT_RECORDER_FILE"] = w.recorder_file;
     env["DDP_ABORT_FILE"] = w.abort_file;

@@ -4,6 +4,7 @@
 // published by another node; on any failure stops the whole local group (the signal, then
 // SIGKILL after --shutdown-timeout) and reports the root cause. What to do when is decided by
 // the round's state machine (round_state.h); this class does the I/O.
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +19,8 @@
 #include "worker_env.h"
 
 namespace ddprun {
+
+class FilteredCopy;
 
 class WorkerProcess;
 class WorkerOutput;
@@ -49,6 +52,11 @@ class Supervisor {
 
  private:
   struct Worker;
+  struct FilteredCopies {
+    std::shared_ptr<FilteredCopy> out, err;
+  };
+  FilteredCopies filtered_copies(int round) const;
+  void open_outputs(Worker& w, const std::string& dir, const FilteredCopies& copies) const;
   class Round;  // one supervised round (supervisor.cpp)
 
   const LaunchConfig& config_;

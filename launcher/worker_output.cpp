@@ -24,6 +24,23 @@ void write_fully(int fd, const std::string& text) {
   }
 }
 
+FilteredCopy::FilteredCopy(const std::string& path, std::vector<std::string> filters)
+    : file_(path, std::ios::binary | std::ios::trunc), filters_(std::move(filters)) {
+  if (!file_) {
+    throw ddp::ConfigError("cannot write '" + path +
+                           "' for --duplicate-*-filters; check --log-dir is writable");
+  }
+}
+
+void FilteredCopy::offer(const std::string& prefix, const std::string& line) {
+  for (const auto& filter : filters_) {
+    if (line.find(filter) == std::string::npos) continue;
+    file_ << prefix << line << '\n';
+    file_.flush();
+    return;
+  }
+}
+
 WorkerOutput::WorkerOutput(int rank, int console_fd, const std::string& log_path,
                            std::size_t tail_lines)
     : prefix_("[rank" + std::to_string(rank) + "]:"),
@@ -64,6 +81,7 @@ void WorkerOutput::finish() {
 
 void WorkerOutput::emit_line(const std::string& line) {
   if (console_fd_ >= 0) write_fully(console_fd_, prefix_ + line + "\n");
+  if (copy_) copy_->offer(prefix_, line);
   if (tail_lines_ == 0) return;
   tail_.push_back(line);
   if (tail_.size() > tail_lines_) tail_.pop_front();

@@ -7,13 +7,29 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ddprun {
+
+// --duplicate-std{out,err}-filters: the node's one file per stream and round that collects the
+// lines holding any of the filters (plain substrings, as torchrun), prefixed as on the console.
+class FilteredCopy {
+ public:
+  FilteredCopy(const std::string& path, std::vector<std::string> filters);
+  void offer(const std::string& prefix, const std::string& line);
+
+ private:
+  std::ofstream file_;
+  std::vector<std::string> filters_;
+};
 
 class WorkerOutput {
  public:
   // console_fd: 1 or 2, or -1 for no console copy. log_path: "" for no file.
   WorkerOutput(int rank, int console_fd, const std::string& log_path, std::size_t tail_lines);
+
+  // Also offers every line to `copy` (shared by the node's workers).
+  void duplicate_to(std::shared_ptr<FilteredCopy> copy) { copy_ = std::move(copy); }
 
   void write(const char* data, std::size_t size);
   // End of stream: flushes a last line without newline.
@@ -27,6 +43,7 @@ class WorkerOutput {
   std::string prefix_;
   int console_fd_;
   std::unique_ptr<std::ofstream> file_;
+  std::shared_ptr<FilteredCopy> copy_;
   std::size_t tail_lines_;
   std::string partial_;
   std::deque<std::string> tail_;

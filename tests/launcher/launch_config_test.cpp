@@ -292,6 +292,68 @@ TEST(LaunchConfig, BadSupervisionAndOutputValuesNameTheFlag) {
   EXPECT_EQ(resolve({"--start-method", "fork", "--run-path", "a"}).notices.size(), 2u);
 }
 
+// The flags and variables torchrun gained after 2.4 (run.py and elastic/ on PyTorch main).
+TEST(LaunchConfig, TimeoutsFallBackToTorchrunsVariables) {
+  EXPECT_EQ(resolve({"a"}).rdzv.exit_barrier_timeout, std::chrono::seconds(300));
+  const EnvMap env = {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"},
+                      {"TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT", "12.5"}};
+  auto c = resolve({"a"}, env);
+  EXPECT_EQ(c.shutdown_timeout, std::chrono::seconds(7));
+  EXPECT_EQ(c.rdzv.exit_barrier_timeout, std::chrono::milliseconds(12500));
+  // The flag, or its PET_ form, wins over the variable.
+  c = resolve({"--shutdown-timeout", "3", "--exit-barrier-timeout", "0", "a"}, env);
+  EXPECT_EQ(c.shutdown_timeout, std::chrono::seconds(3));
+  EXPECT_EQ(c.rdzv.exit_barrier_timeout, std::chrono::seconds(0));
+  EXPECT_EQ(resolve({"a"}, {{"PET_SHUTDOWN_TIMEOUT", "4"}, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "9"}})
+                .shutdown_timeout,
+            std::chrono::seconds(4));
+  // --rdzv-conf's key is on the command line too: the variable does not override it.
+  EXPECT_EQ(resolve({"--rdzv-conf", "exit_barrier_timeout=40", "a"}, env).rdzv.exit_barrier_timeout,
+            std::chrono::seconds(40));
+  EXPECT_EQ(resolve({"--rdzv-conf", "exit_barrier_timeout=40", "--exit-barrier-timeout", "41", "a"})
+                .rdzv.exit_barrier_timeout,
+            std::chrono::seconds(41));
+  EXPECT_NE(error_of({"a"}, {{"TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT", "-1"}})
+                .find("TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT"),
+            std::string::npos);
+  EXPECT_NE(error_of({"a"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "soon"}})
+                .find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"),
+            std::string::npos);
+}
+
+TEST(LaunchConfig, DuplicateFiltersSplitOnCommasAndKeepDoubledOnes) {
+  auto c = resolve({"--duplicate-stdout-filters", "loss,,acc,epoch", "--duplicate_stderr_filters",
+                    "Traceback", "a"});
+  EXPECT_EQ(c.duplicate_stdout_filters, (std::vector<std::string>{"loss,acc", "epoch"}));
+  EXPECT_EQ(c.duplicate_stderr_filters, (std::vector<std::string>{"Traceback"}));
+  EXPECT_TRUE(resolve({"a"}).duplicate_stdout_filters.empty());
+  EXPECT_EQ(resolve({"a"}, {{"PET_DUPLICATE_STDOUT_FILTERS", "x,y"}}).duplicate_stdout_filters,
+            (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(split_filter_list("a,,,b"), (std::vector<std::string>{"a,", "b"}));
+}
+
+TEST(LaunchConfig, VirtualLocalRankNeedsADevicePerWorker) {
+  EXPECT_TRUE(resolve({"--virtual-local-rank", "--nproc-per-node", "2", "a"}).virtual_local_rank);
+  EXPECT_TRUE(resolve({"a"}, {{"PET_VIRTUAL_LOCAL_RANK", "1"}}).virtual_local_rank);
+  EXPECT_FALSE(resolve({"a"}).virtual_local_rank);
+  EXPECT_NE(error_of({"--virtual-local-rank", "--nproc-per-node", "3", "a"},
+                     {{"CUDA_VISIBLE_DEVICES", "0,1"}})
+                .find("CUDA_VISIBLE_DEVICES=0,1 lists 2 devices for 3 workers"),
+            std::string::npos);
+}
+
+TEST(LaunchConfig, LogsSpecsOtherThanTheDefaultAreRefused) {
+  const std::string error = error_of({"--logs-specs", "my_specs", "a"});
+  EXPECT_NE(error.find("--logs-specs='my_specs'"), std::string::npos) << error;
+  EXPECT_NE(error.find("drop the flag"), std::string::npos) << error;
+}
+
+TEST(LaunchConfig, SignalsToHandleKeepTheirSpellingForTheWorkers) {
+  EXPECT_EQ(resolve({"a"}).signals_to_handle_text, "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  EXPECT_EQ(resolve({"--signals-to-handle", "SIGUSR1,SIGTERM", "a"}).signals_to_handle_text,
+            "SIGUSR1,SIGTERM");
+}
+
 TEST(LaunchConfig, EveryBadEnvironmentValueNamesItsVariable) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"PET_NNODES", "many"},

@@ -51,6 +51,7 @@ TEST(WorkerEnvironment, HasEveryTorchrunVariable) {
                            {"TORCHELASTIC_RUN_ID", "job"},
                            {"TORCHELASTIC_USE_AGENT_STORE", "True"},
                            {"TORCHELASTIC_ERROR_FILE", "/logs/1/error.json"},
+                           {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
                            {"NCCL_ASYNC_ERROR_HANDLING", "0"},
                            {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
                            {"OMP_NUM_THREADS", "1"}};
@@ -63,6 +64,35 @@ TEST(WorkerEnvironment, AWorkerHostedStoreIsNotTheAgents) {
   EXPECT_EQ(env.at("TORCHELASTIC_USE_AGENT_STORE"), "False");
   EXPECT_EQ(env.at("MASTER_ADDR"), "10.0.0.7");
   EXPECT_EQ(env.at("MASTER_PORT"), "41234");
+}
+
+// torchrun 2.10's --virtual-local-rank: every worker is local rank 0 of its own device; its
+// other ranks stay real.
+TEST(WorkerEnvironment, AVirtualLocalRankIsZeroWithTheWorkersOwnDevice) {
+  LaunchConfig config;
+  config.nproc_per_node = 3;
+  config.virtual_local_rank = true;
+  const NodeAssignment node{0, 1, 2, 3, 6};
+  const EnvMap env = worker_environment({}, config, node, {2, ""}, {"h", 1});
+  EXPECT_EQ(env.at("LOCAL_RANK"), "0");
+  EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "2");
+  EXPECT_EQ(env.at("RANK"), "5");
+  EXPECT_EQ(env.at("LOCAL_WORLD_SIZE"), "3");
+  const EnvMap listed =
+      worker_environment({{"CUDA_VISIBLE_DEVICES", "4, 6,7"}}, config, node, {1, ""}, {"h", 1});
+  EXPECT_EQ(listed.at("CUDA_VISIBLE_DEVICES"), "6");
+  config.virtual_local_rank = false;
+  const EnvMap real =
+      worker_environment({{"CUDA_VISIBLE_DEVICES", "4,6,7"}}, config, node, {1, ""}, {"h", 1});
+  EXPECT_EQ(real.at("LOCAL_RANK"), "1");
+  EXPECT_EQ(real.at("CUDA_VISIBLE_DEVICES"), "4,6,7");
+}
+
+TEST(WorkerEnvironment, CarriesTheSignalsTheAgentHandles) {
+  LaunchConfig config;
+  config.signals_to_handle_text = "SIGUSR1,SIGTERM";
+  EXPECT_EQ(worker_environment({}, config, {}, {}, {"h", 1}).at("TORCHELASTIC_SIGNALS_TO_HANDLE"),
+            "SIGUSR1,SIGTERM");
 }
 
 TEST(WorkerEnvironment, KeepsOmpNumThreadsAndSetsItOnlyForSeveralWorkers) {

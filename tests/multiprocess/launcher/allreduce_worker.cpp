@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
             "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
             "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
             "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
-            "OMP_NUM_THREADS"}) {
+            "TORCHELASTIC_SIGNALS_TO_HANDLE", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"}) {
         const char* value = std::getenv(name);
         std::printf("env rank=%d %s=%s\n", rank, name, value != nullptr ? value : "<unset>");
       }

@@ -705,5 +705,38 @@ TEST(DdprunProcess, TeeRedirectsAndLocalRanksFilter) {
   EXPECT_NE(filtered.output().find("[rank1]:rank=1 sum=3 ok"), std::string::npos);
 }
 
+// torchrun 2.9-2.10's flags: the node's filtered copy of tee'd lines per round, a virtual local
+// rank, and the signals the agent handles in the workers' environment.
+TEST(DdprunProcess, DuplicateFiltersVirtualLocalRankAndHandledSignals) {
+  TempDir dir;
+  ChildProcess run(cmd({"--standalone", "--nproc-per-node", "2", "--log-dir", dir.path, "--tee",
+                        "1:3", "--duplicate-stdout-filters", "sum=3 ok,LOCAL_RANK=,no,,such",
+                        "--duplicate-stderr-filters", "joined as", "--virtual-local-rank",
+                        "--signals-to-handle", "SIGTERM,SIGUSR1"},
+                       {kWorker, "--print-env"}),
+                   {{"CUDA_VISIBLE_DEVICES", ""}});
+  ASSERT_EQ(run.wait(seconds(60)), 0) << run.output();
+  const std::string out = run.output();
+  EXPECT_NE(out.find("[rank0]:env rank=0 LOCAL_RANK=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank1]:env rank=1 LOCAL_RANK=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank1]:env rank=1 CUDA_VISIBLE_DEVICES=1"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank1]:env rank=1 LOCAL_WORLD_SIZE=2"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank0]:env rank=0 TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGUSR1"),
+            std::string::npos)
+      << out;
+  std::string root;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) root = entry.path();
+  // Only rank 1's streams are tee'd, so only its lines are copied; only matching ones.
+  const std::string copied = read_file(root + "/attempt_0/filtered_stdout.log");
+  EXPECT_NE(copied.find("[rank1]:rank=1 sum=3 ok"), std::string::npos) << copied;
+  EXPECT_NE(copied.find("[rank1]:env rank=1 LOCAL_RANK=0"), std::string::npos) << copied;
+  EXPECT_EQ(copied.find("[rank0]:"), std::string::npos) << copied;
+  EXPECT_EQ(copied.find("WORLD_SIZE"), std::string::npos) << copied;
+  const std::string errors = read_file(root + "/attempt_0/filtered_stderr.log");
+  EXPECT_NE(errors.find("[rank1]:"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("joined as rank 1/2"), std::string::npos) << errors;
+  EXPECT_EQ(errors.find("[rank0]:"), std::string::npos) << errors;
+}
+
 }  // namespace
 }  // namespace ddprun::testing
