@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -115,6 +116,10 @@ class Agent {
   std::string log_root_;
   bool writes_log_files_ = false;
   std::string error_file_;
+  // TORCHELASTIC_HEALTH_CHECK_PORT's answer: unhealthy once this loop stalls for torchelastic's
+  // 60 s, or for the store's read timeout and 10 s more (one slow store call is no stall).
+  AgentHealth health_{std::max<std::chrono::milliseconds>(
+      std::chrono::seconds(60), config_.rdzv.read_timeout + std::chrono::seconds(10))};
 };
 
 Agent::Agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& env,
@@ -142,10 +147,16 @@ Agent::Agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& en
 int Agent::run() {
   const bool doctor_first = config_.doctor || config_.preflight;
   const auto poll_interrupt = [this] {
+    health_.progress();
     if (int s = inbox_.take_termination()) throw Interrupted{s};
   };
   try {
+    std::unique_ptr<HealthServer> health_server;
+    if (config_.health_check_port != 0) {
+      health_server = std::make_unique<HealthServer>(config_.health_check_port, health_);
+    }
     Supervisor supervisor(effective_, env_, program_, log_root_, inbox_, host_.hostname);
+    supervisor.report_progress_to(&health_);
     MetricsBoard board;
     std::unique_ptr<MetricsServer> metrics;
     if (config_.metrics_port != 0) {
@@ -160,6 +171,7 @@ int Agent::run() {
     }
     StoreRendezvous rendezvous(effective_, host_, poll_interrupt);
     for (;;) {
+      health_.progress(AgentPhase::kRendezvous);
       const NodeAssignment node = rendezvous.join();
       ddp::log::info("round {}: node {} of {}, ranks {}..{} of {}", node.round, node.group_rank,
                      node.group_world_size, node.rank_offset,
@@ -183,6 +195,7 @@ int Agent::run() {
 
 std::optional<int> Agent::run_round(Supervisor& supervisor, Rendezvous& rendezvous,
                                     const NodeAssignment& node) {
+  health_.progress(AgentPhase::kRunning);
   if (!supervisor.started_for(node)) supervisor.start(node, rendezvous.worker_store());
   RoundOutcome outcome = supervisor.supervise(node, rendezvous);
   if (outcome.kind != RoundOutcome::Kind::kStoreLost) {
@@ -207,6 +220,7 @@ std::optional<int> Agent::run_round(Supervisor& supervisor, Rendezvous& rendezvo
 
 std::optional<FailureReport> Agent::exit_barrier(Rendezvous& rendezvous,
                                                  const NodeAssignment& node) {
+  health_.progress(AgentPhase::kExitBarrier);
   auto failure = rendezvous.finish(node.round, node.group_world_size);
   if (failure) {
     ddp::log::error("this node's workers finished, but the group failed: {}", failure->headline());

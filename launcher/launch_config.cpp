@@ -472,6 +472,9 @@ void resolve_supervision(const CommandLine& cli, const EnvMap& env, const HostFa
   c.share_worker_store = env_value(env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE") != "1";
   if (auto v = pick(cli, env, "max-restarts")) c.max_restarts = to_int(*v, 0, 1 << 20);
   if (auto v = pick(cli, env, "metrics-port")) c.metrics_port = to_int(*v, 1, 65535);
+  if (auto port = env_value(env, "TORCHELASTIC_HEALTH_CHECK_PORT")) {
+    c.health_check_port = to_int({*port, "TORCHELASTIC_HEALTH_CHECK_PORT"}, 1, 65535);
+  }
   if (auto v = pick(cli, env, "monitor-interval")) {
     c.monitor_interval = to_seconds(v->source, v->value, 0.001, 3600);
   }

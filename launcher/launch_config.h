@@ -90,8 +90,9 @@ struct LaunchConfig {
   // What each worker executes: argv[0] is a program name or path (PATH is searched at spawn).
   // Empty only for the doctor without a program.
   std::vector<std::string> command;
-  bool doctor = false;     // `ddprun doctor`: check the nodes, run no program (doctor.h)
-  int metrics_port = 0;    // --metrics-port: the Prometheus endpoint's; 0: none
+  bool doctor = false;        // `ddprun doctor`: check the nodes, run no program (doctor.h)
+  int metrics_port = 0;       // --metrics-port: the Prometheus endpoint's; 0: none
+  int health_check_port = 0;  // TORCHELASTIC_HEALTH_CHECK_PORT (health_endpoint.h); 0: none
   bool preflight = false;  // --preflight: the doctor first, then the program if every node passed
   // Where the values came from, for the one-line summary.
   std::string platform;

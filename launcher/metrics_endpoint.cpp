@@ -1,11 +1,5 @@
 #include "metrics_endpoint.h"
 
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -163,123 +157,12 @@ std::string MetricsBoard::render() const {
 }
 
 MetricsServer::MetricsServer(int port, std::function<std::string()> render)
-    : render_(std::move(render)) {
-  const auto fail = [&](const char* what) {
-    const std::string reason = std::strerror(errno);
-    if (listen_fd_ >= 0) ::close(listen_fd_);
-    throw ddp::ConfigError("--metrics-port " + std::to_string(port) + ": cannot " + what + " (" +
-                           reason + "); choose a free port, or leave the flag out");
-  };
-  listen_fd_ = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  bool v6 = listen_fd_ >= 0;
-  if (!v6) listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (listen_fd_ < 0) fail("open a socket");
-  const int on = 1;
-  const int off = 0;
-  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-  int rc;
-  if (v6) {
-    ::setsockopt(listen_fd_, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);  // IPv4 too
-    sockaddr_in6 addr{};
-    addr.sin6_family = AF_INET6;
-    addr.sin6_addr = in6addr_any;
-    addr.sin6_port = htons(static_cast<uint16_t>(port));
-    rc = ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  } else {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    rc = ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  }
-  if (rc != 0) fail("listen on it");
-  if (::listen(listen_fd_, 16) != 0) fail("listen on it");
-  sockaddr_storage bound{};
-  socklen_t length = sizeof bound;
-  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &length);
-  port_ = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                                      : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  if (::pipe2(stop_fds_, O_CLOEXEC) != 0) fail("make its stop pipe");
-  thread_ = std::thread([this] { serve(); });
-  ddp::log::info("metrics: Prometheus endpoint on port {} (GET /metrics)", port_);
-}
-
-MetricsServer::~MetricsServer() {
-  if (stop_fds_[1] >= 0) {
-    const char byte = 0;
-    [[maybe_unused]] const ssize_t n = ::write(stop_fds_[1], &byte, 1);
-  }
-  if (thread_.joinable()) thread_.join();
-  for (int fd : {listen_fd_, stop_fds_[0], stop_fds_[1]}) {
-    if (fd >= 0) ::close(fd);
-  }
-}
-
-void MetricsServer::serve() {
-  for (;;) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fds_[0], POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      ddp::log::warn("metrics: poll failed ({}); the endpoint stops", std::strerror(errno));
-      return;
-    }
-    if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    const int connection = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (connection < 0) continue;
-    answer(connection);
-    ::close(connection);
-  }
-}
-
-void MetricsServer::answer(int connection) {
-  // A scraper that stalls costs at most these two seconds each way.
-  const timeval limit{2, 0};
-  ::setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-  ::setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
-  std::string request;
-  char buffer[2048];
-  while (request.find("\r\n\r\n") == std::string::npos &&
-         request.find("\n\n") == std::string::npos && request.size() < 16384) {
-    const ssize_t n = ::recv(connection, buffer, sizeof buffer, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    request.append(buffer, static_cast<std::size_t>(n));
-  }
-  const std::string line = request.substr(0, request.find_first_of("\r\n"));
-  std::string status = "200 OK";
-  std::string type = "text/plain; version=0.0.4; charset=utf-8";
-  std::string body;
-  const bool get = line.rfind("GET ", 0) == 0;
-  const std::string target = get ? line.substr(4, line.find(' ', 4) - 4) : "";
-  if (!get) {
-    status = "405 Method Not Allowed";
-    type = "text/plain";
-    body = "only GET /metrics\n";
-  } else if (target == "/metrics" || target.rfind("/metrics?", 0) == 0) {
-    try {
-      body = render_();
-    } catch (const std::exception& e) {
-      status = "500 Internal Server Error";
-      type = "text/plain";
-      body = std::string(e.what()) + "\n";
-    }
-  } else {
-    status = "404 Not Found";
-    type = "text/plain";
-    body = "ddprun serves its metrics at /metrics\n";
-  }
-  const std::string response = "HTTP/1.0 " + status + "\r\nContent-Type: " + type +
-                               "\r\nContent-Length: " + std::to_string(body.size()) +
-                               "\r\nConnection: close\r\n\r\n" + body;
-  std::size_t sent = 0;
-  while (sent < response.size()) {
-    const ssize_t n =
-        ::send(connection, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    sent += static_cast<std::size_t>(n);
-  }
+    : server_(
+          port, "--metrics-port",
+          {{"/metrics", [render = std::move(render)] {
+              return HttpResponse{"200 OK", "text/plain; version=0.0.4; charset=utf-8", render()};
+            }}}) {
+  ddp::log::info("metrics: Prometheus endpoint on port {} (GET /metrics)", server_.port());
 }
 
 }  // namespace ddprun

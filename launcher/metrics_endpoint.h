@@ -4,17 +4,16 @@
 //  - From the agent: restarts, the round, each worker's state.
 //  - From each worker built on the trainer: its live figures (ddp/live_metrics.h), read from the
 //    file it maps shared, at scrape time; the training thread is never asked for anything.
-// ddprun links only glibc, so the server is a small blocking HTTP/1.0 responder on its own
-// thread: one request per connection, every socket call bounded by a timeout.
+// The server is http_endpoint.h's.
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "ddp/live_metrics.h"
+#include "http_endpoint.h"
 
 namespace ddprun {
 
@@ -52,26 +51,15 @@ class MetricsBoard {
   NodeView node_;
 };
 
+// GET /metrics answers `render()`, on the server's thread, until destroyed.
 class MetricsServer {
  public:
-  // Listens on every address at `port` (0: a free one, see port()); throws ddp::ConfigError when
-  // it cannot (the port taken, say). Answers with `render()` on its own thread until destroyed.
+  // Throws ddp::ConfigError naming --metrics-port when it cannot listen on `port`.
   MetricsServer(int port, std::function<std::string()> render);
-  ~MetricsServer();
-  MetricsServer(const MetricsServer&) = delete;
-  MetricsServer& operator=(const MetricsServer&) = delete;
-
-  int port() const { return port_; }
+  int port() const { return server_.port(); }
 
  private:
-  void serve();
-  void answer(int connection);
-
-  std::function<std::string()> render_;
-  int listen_fd_ = -1;
-  int stop_fds_[2] = {-1, -1};
-  int port_ = 0;
-  std::thread thread_;
+  HttpServer server_;
 };
 
 }  // namespace ddprun

@@ -264,6 +264,7 @@ RoundOutcome Supervisor::Round::run() {
     const auto now = Clock::now();
     if (round_.finished(running, pipes_open, now) && !awaiting_verdict(now)) break;
     wait_and_pump(fds);
+    if (s_.health_ != nullptr) s_.health_->progress();
     take_signals();
     collect_exits();
     tick(running);

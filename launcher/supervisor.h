@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "failure_report.h"
+#include "health_endpoint.h"
 #include "host_facts.h"
 #include "launch_config.h"
 #include "metrics_endpoint.h"
@@ -43,6 +44,8 @@ class Supervisor {
 
   // Tells `board` (which must outlive this) of each start and exit, for --metrics-port.
   void report_to(MetricsBoard* board) { board_ = board; }
+  // Every turn of a round's loop counts as the agent's progress (health_endpoint.h).
+  void report_progress_to(AgentHealth* health) { health_ = health; }
 
   // The folder of one worker's logs and error file in a round.
   std::string worker_dir(int round, int local_rank) const;
@@ -68,6 +71,7 @@ class Supervisor {
   std::vector<Worker> workers_;
   std::optional<NodeAssignment> started_;
   MetricsBoard* board_ = nullptr;
+  AgentHealth* health_ = nullptr;
 };
 
 }  // namespace ddprun

@@ -471,6 +471,36 @@ function checkMetrics(templates) {
   return problems;
 }
 
+// ddprun's health port (TORCHELASTIC_HEALTH_CHECK_PORT) is the one the pod names "health" and
+// its liveness probe asks, on a path the agent answers. `templates`: [where, pod template, render].
+function checkHealth(templates) {
+  const problems = [];
+  for (const [where, template, objs] of templates) {
+    const c = template.spec.containers[0];
+    const port = containerEnv(objs, c).TORCHELASTIC_HEALTH_CHECK_PORT;
+    if (!port) {
+      problems.push(`${where}: no TORCHELASTIC_HEALTH_CHECK_PORT: ddprun serves no health endpoint`);
+      continue;
+    }
+    const named = (c.ports || []).find((p) => p.name === 'health');
+    if (!named || String(named.containerPort) !== port) {
+      problems.push(`${where}: container port "health" is ${named && named.containerPort}, not ${port}`);
+    }
+    const get = (c.livenessProbe || {}).httpGet;
+    if (!get) {
+      problems.push(`${where}: no liveness probe asks the health endpoint`);
+      continue;
+    }
+    if (!(get.port === 'health' || String(get.port) === port)) {
+      problems.push(`${where}: the liveness probe asks port ${get.port}, not the health port ${port}`);
+    }
+    if (!['/', '/health', '/healthz'].includes(get.path)) {
+      problems.push(`${where}: the liveness probe asks ${get.path}, which ddprun does not answer`);
+    }
+  }
+  return problems;
+}
+
 // Gang scheduling: Volcano's PodGroup is the Job's pods (minMember = parallelism, linked by the
 // group-name annotation, scheduled by Volcano); Kueue's Job waits suspended in a LocalQueue whose
 // ClusterQueue can hold the whole Job at once.
@@ -612,6 +642,12 @@ function runChecks(r, cluster, codes, dockerfile) {
         ...Object.entries(find(r.pytorchjob, 'PyTorchJob').spec.pytorchReplicaSpecs)
           .map(([type, spec]) => [`pytorchjob/${type}`, spec.template, r.pytorchjob]),
       ]),
+    'health: TORCHELASTIC_HEALTH_CHECK_PORT, container port, liveness probe': () =>
+      checkHealth([
+        ...['base', 'efa', 'monitoring'].map((n) => [n, find(r[n], 'Job', 'ddp-train').spec.template, r[n]]),
+        ...Object.entries(find(r.pytorchjob, 'PyTorchJob').spec.pytorchReplicaSpecs)
+          .map(([type, spec]) => [`pytorchjob/${type}`, spec.template, r.pytorchjob]),
+      ]),
     'join token: Secret mounted at DDPRUN_RDZV_TOKEN_FILE, NetworkPolicy admits the job': () =>
       checkJoinToken([...jobPods('base'), ...jobPods('efa'), ...jobPods('e2e'), ...jobPods('e2e-2pods'),
         ...jobPods('export-train'), ...pytorchPods, ...elasticPods].map(([where, spec, objs]) => {
@@ -690,6 +726,10 @@ const mutations = [
     (r) => { find(r.mpijob, 'MPIJob').spec.mpiReplicaSpecs.Worker.template.spec.containers[0].image = 'ddprun'; }],
   ['mpijob: -np', 'a flag only in the MPIJob',
     (r) => { find(r.mpijob, 'MPIJob').spec.mpiReplicaSpecs.Launcher.template.spec.containers[0].args.push('--epochs=1'); }],
+  ['health: TORCHELASTIC_HEALTH_CHECK_PORT', 'the liveness probe asks the metrics port',
+    (r) => { find(r.base, 'Job').spec.template.spec.containers[0].livenessProbe.httpGet.port = 9400; }],
+  ['health: TORCHELASTIC_HEALTH_CHECK_PORT', 'the probe asks a path ddprun does not answer',
+    (r) => { find(r.efa, 'Job').spec.template.spec.containers[0].livenessProbe.httpGet.path = '/ready'; }],
   ['metrics: one port', 'annotations announce another port',
     (r) => { find(r.base, 'Job').spec.template.metadata.annotations['prometheus.io/port'] = '9500'; }],
   ['metrics: one port', 'the PodMonitor scrapes a port the pods do not name',

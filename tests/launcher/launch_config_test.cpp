@@ -348,6 +348,14 @@ TEST(LaunchConfig, LogsSpecsOtherThanTheDefaultAreRefused) {
   EXPECT_NE(error.find("drop the flag"), std::string::npos) << error;
 }
 
+TEST(LaunchConfig, HealthCheckPortComesFromTorchelasticsVariable) {
+  EXPECT_EQ(resolve({"a"}).health_check_port, 0);
+  EXPECT_EQ(resolve({"a"}, {{"TORCHELASTIC_HEALTH_CHECK_PORT", "8081"}}).health_check_port, 8081);
+  EXPECT_NE(error_of({"a"}, {{"TORCHELASTIC_HEALTH_CHECK_PORT", "http"}})
+                .find("TORCHELASTIC_HEALTH_CHECK_PORT"),
+            std::string::npos);
+}
+
 TEST(LaunchConfig, SignalsToHandleKeepTheirSpellingForTheWorkers) {
   EXPECT_EQ(resolve({"a"}).signals_to_handle_text, "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
   EXPECT_EQ(resolve({"--signals-to-handle", "SIGUSR1,SIGTERM", "a"}).signals_to_handle_text,

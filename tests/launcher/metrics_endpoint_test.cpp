@@ -10,6 +10,7 @@
 #include <string>
 
 #include "ddp/error.h"
+#include "http_get.h"
 
 namespace ddprun {
 namespace {
@@ -69,28 +70,6 @@ TEST(MetricsExposition, GaugesWaitForTheFirstProgressRecord) {
   EXPECT_NE(text.find("ddp_steps_total{"), std::string::npos);
   EXPECT_EQ(text.find("ddp_loss"), std::string::npos) << text;
   EXPECT_EQ(text.find("ddp_step{"), std::string::npos) << text;
-}
-
-std::string http_get(int port, const std::string& request) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const timeval limit{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return "connect failed";
-  }
-  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::string response;
-  char buffer[4096];
-  for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) {
-    response.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return response;
 }
 
 TEST(MetricsServer, AnswersMetricsAndRefusesTheRest) {

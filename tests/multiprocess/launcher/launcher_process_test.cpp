@@ -11,7 +11,9 @@
 #include <optional>
 #include <regex>
 #include <sstream>
+#include <thread>
 
+#include "../../launcher/http_get.h"
 #include "child_process.h"
 #include "ddp/exit_codes.h"
 #include "multiprocess.h"
@@ -736,6 +738,42 @@ TEST(DdprunProcess, DuplicateFiltersVirtualLocalRankAndHandledSignals) {
   EXPECT_NE(errors.find("[rank1]:"), std::string::npos) << errors;
   EXPECT_NE(errors.find("joined as rank 1/2"), std::string::npos) << errors;
   EXPECT_EQ(errors.find("[rank0]:"), std::string::npos) << errors;
+}
+
+// The body of GET /health on `port` once it answers 200 with `phase`, or the last reply after
+// `limit` (for the failure message).
+std::string health_in_phase(int port, const std::string& phase, std::chrono::seconds limit) {
+  const auto give_up = std::chrono::steady_clock::now() + limit;
+  std::string reply;
+  while (std::chrono::steady_clock::now() < give_up) {
+    reply = ddprun::http_get(port, "GET /health HTTP/1.1\r\n\r\n");
+    if (reply.rfind("HTTP/1.0 200", 0) == 0 &&
+        reply.find("\"phase\":\"" + phase + "\"") != std::string::npos) {
+      return reply;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return "not in phase " + phase + "; last reply: " + reply;
+}
+
+// TORCHELASTIC_HEALTH_CHECK_PORT: the agent answers from before the rendezvous (node 1 not there
+// yet) through the run.
+TEST(DdprunProcess, HealthEndpointAnswersFromTheRendezvousOn) {
+  const int port = ddp::testing::free_tcp_port();
+  const int health = ddp::testing::free_tcp_port();
+  const std::vector<std::string> worker = {kWorker, "--iterations", "30", "--interval-ms", "100"};
+  ChildProcess node0(cmd(node_flags(0, port, 1), worker),
+                     {{"TORCHELASTIC_HEALTH_CHECK_PORT", std::to_string(health)}});
+  const std::string waiting = health_in_phase(health, "rendezvous", seconds(30));
+  EXPECT_NE(waiting.find("\"status\":\"healthy\""), std::string::npos) << waiting;
+  ChildProcess node1(cmd(node_flags(1, port, 1), worker), {});
+  const std::string running = health_in_phase(health, "running", seconds(30));
+  EXPECT_NE(running.find("\"status\":\"healthy\""), std::string::npos) << running;
+  ASSERT_EQ(node0.wait(seconds(60)), 0) << node0.output();
+  ASSERT_EQ(node1.wait(seconds(30)), 0) << node1.output();
+  EXPECT_NE(node0.output().find("health: endpoint on port " + std::to_string(health)),
+            std::string::npos)
+      << node0.output();
 }
 
 }  // namespace
