@@ -475,6 +475,8 @@ void resolve_supervision(const CommandLine& cli, const EnvMap& env, const HostFa
   if (auto port = env_value(env, "TORCHELASTIC_HEALTH_CHECK_PORT")) {
     c.health_check_port = to_int({*port, "TORCHELASTIC_HEALTH_CHECK_PORT"}, 1, 65535);
   }
+  c.file_timer = env_value(env, "TORCHELASTIC_ENABLE_FILE_TIMER") == "1";
+  c.timer_file = env_value(env, "TORCHELASTIC_TIMER_FILE").value_or("");
   if (auto v = pick(cli, env, "monitor-interval")) {
     c.monitor_interval = to_seconds(v->source, v->value, 0.001, 3600);
   }

@@ -93,6 +93,11 @@ struct LaunchConfig {
   bool doctor = false;        // `ddprun doctor`: check the nodes, run no program (doctor.h)
   int metrics_port = 0;       // --metrics-port: the Prometheus endpoint's; 0: none
   int health_check_port = 0;  // TORCHELASTIC_HEALTH_CHECK_PORT (health_endpoint.h); 0: none
+  // TORCHELASTIC_ENABLE_FILE_TIMER=1: the file-timer watchdog (file_timer.h) on the named pipe
+  // TORCHELASTIC_TIMER_FILE (default: a new one in the temporary directory per round). A path
+  // given without the switch still reaches the workers, as under torchrun.
+  bool file_timer = false;
+  std::string timer_file;
   bool preflight = false;  // --preflight: the doctor first, then the program if every node passed
   // Where the values came from, for the one-line summary.
   std::string platform;

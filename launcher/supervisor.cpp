@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "ddp/error.h"
 #include "ddp/exit_codes.h"
 #include "ddp/log.h"
+#include "file_timer.h"
 #include "hang_watch.h"
 #include "heartbeat.h"
 #include "round_state.h"
@@ -74,6 +76,33 @@ Supervisor::Supervisor(const LaunchConfig& config, const EnvMap& agent_env, std:
       hostname_(std::move(hostname)) {}
 
 Supervisor::~Supervisor() = default;
+
+// This round's workers, which alone the file-timer watchdog may signal (its own thread asks).
+struct Supervisor::WorkerPids {
+  std::mutex mutex;
+  std::vector<pid_t> pids;
+  bool contains(pid_t pid) {
+    const pid_t group = ::getpgid(pid);
+    std::lock_guard<std::mutex> lock(mutex);
+    return std::any_of(pids.begin(), pids.end(),
+                       [&](pid_t worker) { return worker == pid || worker == group; });
+  }
+};
+
+std::string Supervisor::start_file_timer(int round) {
+  file_timer_.reset();
+  if (!config_.file_timer) return config_.timer_file;
+  const std::string path =
+      !config_.timer_file.empty()
+          ? config_.timer_file
+          : (std::filesystem::temp_directory_path() /
+             ("watchdog_timer_" + std::to_string(::getpid()) + "_" + std::to_string(round)))
+                .string();
+  worker_pids_ = std::make_shared<WorkerPids>();
+  file_timer_ = std::make_unique<FileTimerServer>(
+      path, [pids = worker_pids_](pid_t pid) { return pids->contains(pid); });
+  return path;
+}
 
 std::string Supervisor::worker_dir(int round, int local_rank) const {
   return log_root_ + "/attempt_" + std::to_string(round) + "/" + std::to_string(local_rank);
@@ -137,6 +166,7 @@ void Supervisor::start(const NodeAssignment& node, const WorkerStore& store) {
   std::vector<std::string> argv = config_.command;
   argv[0] = program_;
   const FilteredCopies copies = filtered_copies(node.round);
+  const std::string timer_file = start_file_timer(node.round);
   for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
     Worker w;
     w.local_rank = lr;
@@ -155,6 +185,7 @@ void Supervisor::start(const NodeAssignment& node, const WorkerStore& store) {
     }
     open_outputs(w, dir, copies);
     EnvMap env = worker_environment(agent_env_, config_, node, {lr, w.error_file}, store);
+    if (!timer_file.empty()) env["TORCHELASTIC_TIMER_FILE"] = timer_file;
     env["DDP_FLIGHT_RECORDER_FILE"] = w.recorder_file;
     env["DDP_ABORT_FILE"] = w.abort_file;
     if (!w.live_file.empty()) env["DDP_LIVE_METRICS_FILE"] = w.live_file;
@@ -162,6 +193,10 @@ void Supervisor::start(const NodeAssignment& node, const WorkerStore& store) {
       env["DDP_TRACE_DIR"] = traces;
     }
     w.process = std::make_unique<WorkerProcess>(argv, env);
+    if (worker_pids_) {
+      std::lock_guard<std::mutex> lock(worker_pids_->mutex);
+      worker_pids_->pids.push_back(w.process->pid());
+    }
     workers_.push_back(std::move(w));
   }
   started_ = node;
@@ -352,6 +387,9 @@ void Supervisor::Round::report_failure(Worker& w) {
   if (auto file = read_worker_error_file(w.error_file)) {
     r.message = file->first;
     r.worker_error_json = file->second.substr(0, 256 * 1024);
+  }
+  if (s_.file_timer_ && r.message.empty()) {
+    if (auto expired = s_.file_timer_->reason_for(r.pid)) r.message = *expired;
   }
   r.hang_diagnosis = hangs_.diagnosis();
   const FailureReport root_cause = publish(r);

@@ -22,6 +22,7 @@
 namespace ddprun {
 
 class FilteredCopy;
+class FileTimerServer;
 
 class WorkerProcess;
 class WorkerOutput;
@@ -60,6 +61,12 @@ class Supervisor {
   };
   FilteredCopies filtered_copies(int round) const;
   void open_outputs(Worker& w, const std::string& dir, const FilteredCopies& copies) const;
+  // The round's file-timer watchdog, when TORCHELASTIC_ENABLE_FILE_TIMER=1; the pipe's path for
+  // the workers ("" for none).
+  std::string start_file_timer(int round);
+  struct WorkerPids;
+  std::shared_ptr<WorkerPids> worker_pids_;
+  std::unique_ptr<FileTimerServer> file_timer_;
   class Round;  // one supervised round (supervisor.cpp)
 
   const LaunchConfig& config_;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "child_process.h"
 #include "multiprocess.h"
@@ -26,6 +27,7 @@ using std::chrono::seconds;
 const std::string kScript = std::string(TEST_SOURCE_DIR) + "/gloo_allreduce.py";
 const std::string kRestartScript = std::string(TEST_SOURCE_DIR) + "/gloo_restart.py";
 const std::string kElasticScript = std::string(TEST_SOURCE_DIR) + "/gloo_elastic.py";
+const std::string kFileTimerScript = std::string(TEST_SOURCE_DIR) + "/file_timer.py";
 const std::string kTorch2Python = std::string(INTEROP_DIR) + "/torch2-python";
 
 // `nodes` agents of two workers each on loopback; each agent's argv is `prefix`, `ddprun` (if
@@ -91,6 +93,24 @@ TEST(DdprunPython, Torch2WorkersOnOneNode) {
 TEST(DdprunPython, Torch2WorkersOnTwoNodes) {
   REQUIRE_ROOT();
   run_job(2, {}, DDPRUN_PATH, torch2_env(), "2.");
+}
+
+// TORCHELASTIC_ENABLE_FILE_TIMER=1 with torch 2.6's own FileTimerClient: a section released in
+// time costs nothing, one that expires gets its worker SIGKILLed, and the failure names it.
+TEST(DdprunPython, Torch2FileTimerExpiryKillsTheWorkerAndNamesTheScope) {
+  REQUIRE_ROOT();
+  auto env = torch2_env();
+  env["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1";
+  ChildProcess run({DDPRUN_PATH, "--standalone", "--nproc-per-node", "2", kFileTimerScript}, env);
+  const std::optional<int> code = run.wait(seconds(120));
+  const std::string out = run.output();
+  EXPECT_EQ(code, std::optional<int>(128 + SIGKILL)) << out;
+  EXPECT_NE(out.find("[rank0]:python rank=0 torch 2."), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank1]:python rank=1 torch 2."), std::string::npos) << out;
+  EXPECT_EQ(out.find("outlived its timer"), std::string::npos) << out;
+  EXPECT_NE(out.find("its timer 'stuck_step' expired: the file-timer watchdog sent SIGKILL"),
+            std::string::npos)
+      << out;
 }
 
 TEST(DdprunPython, DdprunCopiedIntoAPyTorch2RootRunsOneAndTwoNodeJobs) {
