@@ -15,6 +15,7 @@
 #include "ddp/log.h"
 #include "ddp/net/tcp_probe.h"
 #include "doctor.h"
+#include "event_log.h"
 #include "failure_report.h"
 #include "heartbeat.h"
 #include "rendezvous.h"
@@ -105,6 +106,9 @@ class Agent {
   // The exit barrier after this node's workers all succeeded: 0, or the group's failure.
   std::optional<FailureReport> exit_barrier(Rendezvous& rendezvous, const NodeAssignment& node);
   void report(const FailureReport& root) const;
+  // --event-log-handler: the rendezvous, and at the end each worker's and the agent's result.
+  void record_rendezvous(const NodeAssignment& node, std::chrono::steady_clock::duration took);
+  void record_end(const Supervisor& supervisor, int exit_code);
 
   const LaunchConfig& config_;
   const HostFacts& host_;
@@ -116,6 +120,10 @@ class Agent {
   std::string log_root_;
   bool writes_log_files_ = false;
   std::string error_file_;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::optional<NodeAssignment> last_node_;    // the round the agent is in, for the events
+  std::optional<FailureReport> last_failure_;  // the root cause it ended with
+  std::unique_ptr<EventLog> events_;
   // TORCHELASTIC_HEALTH_CHECK_PORT's answer: unhealthy once this loop stalls for torchelastic's
   // 60 s, or for the store's read timeout and 10 s more (one slow store call is no stall).
   AgentHealth health_{std::max<std::chrono::milliseconds>(
@@ -142,6 +150,57 @@ Agent::Agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& en
   auto agent_error_file = env.find("TORCHELASTIC_ERROR_FILE");
   error_file_ =
       agent_error_file != env.end() ? agent_error_file->second : log_root_ + "/error.json";
+  const char* backends[] = {"static", "c10d", "etcd-v2"};
+  events_ = std::make_unique<EventLog>(
+      config.event_log, EventContext{config.run_id, config.role, host.fqdn(),
+                                     backends[static_cast<int>(config.rdzv_backend)], program_});
+}
+
+void Agent::record_rendezvous(const NodeAssignment& node,
+                              std::chrono::steady_clock::duration took) {
+  last_node_ = node;
+  if (!events_->enabled()) return;
+  EventFields f;
+  f.state = "RENDEZVOUS";
+  f.group_rank = node.group_rank;
+  f.group_world_size = node.group_world_size;
+  f.agent_restarts = node.restarts;
+  f.total_run_time =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_)
+          .count();
+  f.duration_ms = std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
+  events_->record(f);
+}
+
+void Agent::record_end(const Supervisor& supervisor, int exit_code) {
+  if (!events_->enabled() || !last_node_) return;
+  const bool succeeded = exit_code == ddp::exit_code::kSuccess;
+  EventFields agent;
+  agent.state = succeeded ? "SUCCEEDED" : "FAILED";
+  agent.group_rank = last_node_->group_rank;
+  agent.group_world_size = last_node_->group_world_size;
+  agent.agent_restarts = last_node_->restarts;
+  agent.total_run_time =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_)
+          .count();
+  for (const auto& w : supervisor.results()) {
+    EventFields f = agent;
+    f.worker = true;
+    f.state = succeeded ? "SUCCEEDED" : w.failed ? "FAILED" : "TERMINATED";
+    f.global_rank = w.rank;
+    f.worker_id = std::to_string(w.pid);
+    f.local_rank = w.local_rank;
+    f.role_rank = w.rank;
+    f.role_world_size = last_node_->world_size;
+    if (w.failed) {
+      f.exit_code = w.exit_code;
+      f.worker_pid = w.pid;
+      if (last_failure_ && last_failure_->rank == w.rank) f.raw_error = last_failure_->to_json();
+    }
+    events_->record(f);
+  }
+  if (!succeeded && last_failure_) agent.raw_error = last_failure_->headline();
+  events_->record(agent);
 }
 
 int Agent::run() {
@@ -172,7 +231,9 @@ int Agent::run() {
     StoreRendezvous rendezvous(effective_, host_, poll_interrupt);
     for (;;) {
       health_.progress(AgentPhase::kRendezvous);
+      const auto joining = std::chrono::steady_clock::now();
       const NodeAssignment node = rendezvous.join();
+      record_rendezvous(node, std::chrono::steady_clock::now() - joining);
       ddp::log::info("round {}: node {} of {}, ranks {}..{} of {}", node.round, node.group_rank,
                      node.group_world_size, node.rank_offset,
                      node.rank_offset + config_.nproc_per_node - 1, node.world_size);
@@ -184,7 +245,10 @@ int Agent::run() {
           return code;
         }
       }
-      if (auto code = run_round(supervisor, rendezvous, node)) return *code;
+      if (auto code = run_round(supervisor, rendezvous, node)) {
+        record_end(supervisor, *code);
+        return *code;
+      }
     }
   } catch (const Interrupted& i) {
     // Outside supervision (joining, exit barrier): any workers are killed as the stack unwinds.
@@ -248,6 +312,7 @@ std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment
       return std::nullopt;
     case AfterRound::kLeave:
       // This node is going away (its pod is being deleted): report and leave promptly.
+      last_failure_ = outcome.root_cause;
       report(*outcome.root_cause);
       rendezvous.linger_until_stopped(node.round, node.group_world_size);
       return outcome.exit_code;
@@ -262,6 +327,7 @@ std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment
   }
   const FailureReport root =
       rendezvous.settle_failure(node.round, node.group_world_size, *outcome.root_cause);
+  last_failure_ = root;
   report(root);
   if (config_.max_restarts > 0) ddp::log::error("no restarts left ({} used)", config_.max_restarts);
   rendezvous.linger_until_settled(node.round, node.group_world_size);

@@ -115,6 +115,9 @@ const std::vector<FlagSpec>& flag_specs() {
        "a comma) to attempt_N/filtered_stdout.log in the node's log directory"},
       {"duplicate-stderr-filters", "", true, "",
        "The same for stderr, into attempt_N/filtered_stderr.log"},
+      {"event-log-handler", "", true, "null",
+       "Where torchelastic's events go, as JSON lines: 'null' (nowhere), 'console' (stderr) or "
+       "'file:PATH' (appended to PATH)"},
       {"logs-specs", "", true, "",
        "Accepted for compatibility: only torchrun's default log layout is available (a "
        "torchrun.logs_specs entry point is Python code)"},

@@ -11,6 +11,7 @@
 #include "ddp/env_vars.h"
 #include "ddp/error.h"
 #include "ddp/settings.h"
+#include "event_log.h"
 #include "kubernetes.h"
 
 namespace ddprun {
@@ -560,6 +561,9 @@ void resolve_output(const CommandLine& cli, const EnvMap& env, LaunchConfig& c) 
   }
   if (auto v = pick(cli, env, "duplicate-stderr-filters")) {
     c.duplicate_stderr_filters = split_filter_list(v->value);
+  }
+  if (auto v = pick(cli, env, "event-log-handler")) {
+    c.event_log = parse_event_log_handler(v->source, v->value);
   }
 }
 

@@ -29,6 +29,13 @@ struct StreamSelection {
   unsigned for_rank(int local_rank) const;
 };
 
+// --event-log-handler: where torchelastic's events go (event_log.h).
+struct EventLogHandler {
+  enum class Kind { kNull, kConsole, kFile };
+  Kind kind = Kind::kNull;
+  std::string path;  // kFile
+};
+
 struct RendezvousSettings {
   std::chrono::milliseconds join_timeout = std::chrono::seconds(600);
   std::chrono::milliseconds last_call_timeout = std::chrono::seconds(30);
@@ -87,6 +94,7 @@ struct LaunchConfig {
   // attempt_N/filtered_std{out,err}.log.
   std::vector<std::string> duplicate_stdout_filters;
   std::vector<std::string> duplicate_stderr_filters;
+  EventLogHandler event_log;
   // What each worker executes: argv[0] is a program name or path (PATH is searched at spawn).
   // Empty only for the doctor without a program.
   std::vector<std::string> command;

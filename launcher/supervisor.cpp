@@ -64,6 +64,7 @@ struct Supervisor::Worker {
   std::unique_ptr<WorkerProcess> process;
   std::unique_ptr<WorkerOutput> out;
   std::unique_ptr<WorkerOutput> err;
+  bool failed = false;  // it failed on its own (report_failure)
 };
 
 Supervisor::Supervisor(const LaunchConfig& config, const EnvMap& agent_env, std::string program,
@@ -102,6 +103,14 @@ std::string Supervisor::start_file_timer(int round) {
   file_timer_ = std::make_unique<FileTimerServer>(
       path, [pids = worker_pids_](pid_t pid) { return pids->contains(pid); });
   return path;
+}
+
+std::vector<Supervisor::WorkerResult> Supervisor::results() const {
+  std::vector<WorkerResult> results;
+  for (const Worker& w : workers_) {
+    results.push_back({w.rank, w.local_rank, w.process->pid(), w.process->status().code, w.failed});
+  }
+  return results;
 }
 
 std::string Supervisor::worker_dir(int round, int local_rank) const {
@@ -376,6 +385,7 @@ void Supervisor::Round::collect_exits() {
 }
 
 void Supervisor::Round::report_failure(Worker& w) {
+  w.failed = true;
   const ExitStatus& st = w.process->status();
   FailureReport r = base_report();
   r.rank = w.rank;

@@ -43,6 +43,17 @@ class Supervisor {
   // Supervises the started workers until they all exit (see the file comment).
   RoundOutcome supervise(const NodeAssignment& node, Rendezvous& rendezvous);
 
+  // How each worker of the last round ended: failed on its own (a failure it reported), or
+  // not (it succeeded, or was stopped after another failure).
+  struct WorkerResult {
+    int rank = 0;
+    int local_rank = 0;
+    int pid = 0;
+    int exit_code = 0;
+    bool failed = false;
+  };
+  std::vector<WorkerResult> results() const;
+
   // Tells `board` (which must outlive this) of each start and exit, for --metrics-port.
   void report_to(MetricsBoard* board) { board_ = board; }
   // Every turn of a round's loop counts as the agent's progress (health_endpoint.h).

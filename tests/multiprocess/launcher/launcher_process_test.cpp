@@ -740,6 +740,61 @@ TEST(DdprunProcess, DuplicateFiltersVirtualLocalRankAndHandledSignals) {
   EXPECT_EQ(errors.find("[rank0]:"), std::string::npos) << errors;
 }
 
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// --event-log-handler file:PATH: torchelastic's events, a rendezvous and then each worker's and
+// the agent's result, for a job that succeeds and one whose rank 1 fails.
+TEST(DdprunProcess, EventLogRecordsTheRendezvousAndEveryResult) {
+  TempDir dir;
+  const std::string events = dir.path + "/events.jsonl";
+  ChildProcess ok(cmd({"--standalone", "--nproc-per-node", "2", "--rdzv-id", "evjob",
+                       "--event-log-handler", "file:" + events},
+                      {kWorker}),
+                  {});
+  ASSERT_EQ(ok.wait(seconds(60)), 0) << ok.output();
+  auto lines = lines_of(read_file(events));
+  ASSERT_EQ(lines.size(), 4u) << read_file(events);
+  EXPECT_EQ(
+      lines[0].rfind(R"({"name": "torchelastic.worker.status.RENDEZVOUS", "source": "AGENT")", 0),
+      0u)
+      << lines[0];
+  EXPECT_NE(lines[0].find(R"("run_id": )"), std::string::npos) << lines[0];
+  for (int i : {1, 2}) {
+    EXPECT_NE(
+        lines[i].find(R"("name": "torchelastic.worker.status.SUCCEEDED", "source": "WORKER")"),
+        std::string::npos)
+        << lines[i];
+    EXPECT_NE(lines[i].find(R"("global_rank": )" + std::to_string(i - 1)), std::string::npos)
+        << lines[i];
+  }
+  EXPECT_EQ(
+      lines[3].rfind(R"({"name": "torchelastic.worker.status.SUCCEEDED", "source": "AGENT")", 0),
+      0u)
+      << lines[3];
+
+  std::filesystem::remove(events);
+  ChildProcess failed(
+      cmd({"--standalone", "--nproc-per-node", "2", "--event-log-handler", "file:" + events},
+          {kWorker, "--fail-rank", "1", "--exit-code", "3", "--iterations", "50", "--interval-ms",
+           "100"}),
+      {});
+  ASSERT_EQ(failed.wait(seconds(60)), 3) << failed.output();
+  lines = lines_of(read_file(events));
+  ASSERT_EQ(lines.size(), 4u) << read_file(events);
+  EXPECT_NE(lines[1].find(R"(status.TERMINATED", "source": "WORKER")"), std::string::npos)
+      << lines[1];
+  EXPECT_NE(lines[2].find(R"(status.FAILED", "source": "WORKER")"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[2].find(R"(\"exit_code\": [3])"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[2].find(R"("raw_error": "{)"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[3].find(R"(status.FAILED", "source": "AGENT")"), std::string::npos) << lines[3];
+  EXPECT_NE(lines[3].find("rank 1 (local rank 1)"), std::string::npos) << lines[3];
+}
+
 // The body of GET /health on `port` once it answers 200 with `phase`, or the last reply after
 // `limit` (for the failure message).
 std::string health_in_phase(int port, const std::string& phase, std::chrono::seconds limit) {
