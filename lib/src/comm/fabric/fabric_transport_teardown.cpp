@@ -66,6 +66,8 @@ void FabricTransport::release_fabric() {
       endpoint_.reset();
       return;
     }
+    log::debug("fabric: closing the endpoint {} without returning; leaking it",
+               guard_->last_abandoned_reason());
     wedged_ = true;
   }
   // A provider call never returned (or the objects belong to the parent of this forked
@@ -199,6 +201,8 @@ void FabricTransport::notify_peers(const std::string& reason) {
                               : fi_tsend(ep, staged, length, desc, destination, bits, context);
               },
               kBestEffortCallLimit)) {
+        log::debug("fabric: the abort notice to rank {}: a libfabric call {} without returning",
+                   peer, guard_->last_abandoned_reason());
         wedged_ = true;
         return;
       }
@@ -227,7 +231,9 @@ bool FabricTransport::may_notify(int peer) const {
   // mismatched 8-rank allreduces under load). So then notices go only to peers whose connection
   // is established, as a message completed with them, and not to the peer the failure came
   // from: no rxm call can run that progress. The others learn it from the ranks this one told,
-  // or at their op timeout.
+  // or at their op timeout. (Without an error completion every peer is told: the notice carries
+  // the root cause's text, though reaching a peer that is not progressing its endpoint can keep
+  // a rank here for over a second.)
   return reached_[static_cast<std::size_t>(peer)] && peer != failed_peer_;
 }
 
@@ -239,6 +245,8 @@ bool FabricTransport::drain_quietly(std::chrono::milliseconds period) {
     ssize_t rc = 0;
     if (!guard_->run([&] { rc = fi_cq_read(cq, entries, kCompletionBatch); },
                      kBestEffortCallLimit)) {
+      log::debug("fabric: draining after a failure: fi_cq_read {} without returning",
+                 guard_->last_abandoned_reason());
       wedged_ = true;
       return false;
     }
