@@ -229,6 +229,7 @@ int Agent::run() {
                        WorkerStore{effective_.store_host, effective_.store_port, true});
     }
     StoreRendezvous rendezvous(effective_, host_, poll_interrupt);
+    rendezvous.on_wait([this] { health_.progress(); });
     for (;;) {
       health_.progress(AgentPhase::kRendezvous);
       const auto joining = std::chrono::steady_clock::now();

@@ -119,8 +119,8 @@ const std::vector<FlagSpec>& flag_specs() {
        "Where torchelastic's events go, as JSON lines: 'null' (nowhere), 'console' (stderr) or "
        "'file:PATH' (appended to PATH)"},
       {"logs-specs", "", true, "",
-       "Accepted for compatibility: only torchrun's default log layout is available (a "
-       "torchrun.logs_specs entry point is Python code)"},
+       "Refused unless absent: a torchrun.logs_specs entry point is Python code; torchrun's "
+       "default layout (--log-dir, --tee, --redirects) is ddprun's"},
       {"metrics-port", "", true, "",
        "Serve Prometheus metrics (GET /metrics) on this port on every node: step time, images/s, "
        "loss, learning rate, allreduce wait and bytes, restarts, worker states (default: off)"},

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "ddp/error.h"
@@ -30,18 +31,34 @@ double epoch_seconds() {
 
 std::optional<TimerRequest> parse_timer_request(const std::string& line) {
   const auto json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object() || json.value("version", 0) != 1) return std::nullopt;
-  const auto pid = json.find("pid");
-  const auto expiration = json.find("expiration_time");
-  if (pid == json.end() || !pid->is_number_integer() || expiration == json.end() ||
-      !expiration->is_number()) {
+  if (!json.is_object()) return std::nullopt;
+  // Every field checked for its type: a line from any process must not throw here.
+  const auto field = [&json](const char* name) {
+    const auto it = json.find(name);
+    return it == json.end() ? nullptr : &*it;
+  };
+  const auto* version = field("version");
+  const auto* pid = field("pid");
+  const auto* expiration = field("expiration_time");
+  const auto* scope = field("scope_id");
+  const auto* signal = field("signal");
+  if (!version || !version->is_number_integer() || version->get<long long>() != 1) {
+    return std::nullopt;
+  }
+  if (!pid || !pid->is_number_integer() || !expiration || !expiration->is_number()) {
+    return std::nullopt;
+  }
+  const long long pid_value = pid->get<long long>();
+  if (pid_value <= 0 || pid_value > std::numeric_limits<pid_t>::max()) return std::nullopt;
+  if ((scope && !scope->is_string()) || (signal && !signal->is_number_integer())) {
     return std::nullopt;
   }
   TimerRequest request;
-  request.pid = pid->get<pid_t>();
-  request.scope_id = json.value("scope_id", std::string());
+  request.pid = static_cast<pid_t>(pid_value);
+  request.scope_id = scope ? scope->get<std::string>() : std::string();
   request.expiration_time = expiration->get<double>();
-  request.signal = json.value("signal", 0);
+  const long long signal_value = signal ? signal->get<long long>() : 0;
+  request.signal = signal_value > 0 && signal_value < 65 ? static_cast<int>(signal_value) : 0;
   return request;
 }
 
@@ -78,16 +95,32 @@ std::vector<TimerBook::Expiry> TimerBook::take_expired(double now) {
 
 FileTimerServer::FileTimerServer(std::string path, std::function<bool(pid_t)> ours)
     : path_(std::move(path)), ours_(std::move(ours)) {
-  const auto fail = [&](const char* what) {
-    throw ddp::ConfigError("TORCHELASTIC_TIMER_FILE " + path_ + ": cannot " + what + " (" +
-                           std::strerror(errno) + "); point it at a writable directory");
+  bool made = false;
+  const auto fail = [&](const std::string& what) {
+    const std::string reason = errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : "";
+    for (int fd : {read_fd_, keep_open_fd_, stop_fds_[0], stop_fds_[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
+    if (made) ::unlink(path_.c_str());
+    throw ddp::ConfigError("TORCHELASTIC_TIMER_FILE " + path_ + ": " + what + reason +
+                           "; point it at a new path in a writable directory");
   };
-  ::unlink(path_.c_str());
-  if (::mkfifo(path_.c_str(), 0600) != 0) fail("make the named pipe");
+  struct stat existing {};
+  if (::lstat(path_.c_str(), &existing) == 0) {
+    // Only an old pipe is replaced: a mistyped path must not cost a file.
+    if (!S_ISFIFO(existing.st_mode)) {
+      errno = 0;
+      fail("exists and is not a named pipe");
+    }
+    ::unlink(path_.c_str());
+  }
+  if (::mkfifo(path_.c_str(), 0600) != 0) fail("cannot make the named pipe");
+  made = true;
   read_fd_ = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (read_fd_ < 0) fail("open the named pipe");
+  if (read_fd_ < 0) fail("cannot open the named pipe");
   keep_open_fd_ = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-  if (keep_open_fd_ < 0 || ::pipe2(stop_fds_, O_CLOEXEC) != 0) fail("open the named pipe");
+  if (keep_open_fd_ < 0) fail("cannot open the named pipe");
+  if (::pipe2(stop_fds_, O_CLOEXEC) != 0) fail("cannot make the watchdog's stop pipe");
   thread_ = std::thread([this] { serve(); });
 }
 

@@ -523,6 +523,7 @@ void StoreRendezvous::wait_for_count(int round, const std::string& name, int tar
                                      Clock::time_point deadline) {
   auto backoff = milliseconds(5);
   while (store_->add(key(round, name), 0) < target && Clock::now() < deadline) {
+    if (on_wait_) on_wait_();
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, poll_cap(milliseconds(5)));
   }

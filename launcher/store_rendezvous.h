@@ -24,6 +24,9 @@ class StoreRendezvous : public Rendezvous {
   StoreRendezvous(const LaunchConfig& config, const HostFacts& host,
                   std::function<void()> poll_interrupt);
   ~StoreRendezvous() override;
+  // Called on every turn of the waits that do not poll for signals (settling a failure,
+  // lingering for the other nodes): the agent's progress for its health endpoint.
+  void on_wait(std::function<void()> hook) { on_wait_ = std::move(hook); }
 
   const std::string& store_host() const override { return store_host_; }
   int store_port() const override { return store_port_; }
@@ -81,6 +84,7 @@ class StoreRendezvous : public Rendezvous {
   const LaunchConfig& config_;
   const HostFacts& host_;
   std::function<void()> poll_interrupt_;
+  std::function<void()> on_wait_;
   std::shared_ptr<ddp::Store> server_;  // kept alive on the hosting node
   std::shared_ptr<ddp::Store> store_;   // this agent's view, prefixed by the run id
   bool hosts_store_ = false;

@@ -82,6 +82,10 @@ Supervisor::~Supervisor() = default;
 struct Supervisor::WorkerPids {
   std::mutex mutex;
   std::vector<pid_t> pids;
+  void forget(pid_t pid) {
+    std::lock_guard<std::mutex> lock(mutex);
+    pids.erase(std::remove(pids.begin(), pids.end(), pid), pids.end());
+  }
   bool contains(pid_t pid) {
     const pid_t group = ::getpgid(pid);
     std::lock_guard<std::mutex> lock(mutex);
@@ -367,6 +371,7 @@ void Supervisor::Round::collect_exits() {
   for (auto& w : s_.workers_) {
     pids.push_back(w.process->pid());
     if (!w.process->try_reap()) continue;
+    if (s_.worker_pids_) s_.worker_pids_->forget(w.process->pid());  // its pid may be reused
     const ExitStatus& st = w.process->status();
     if (w.process->stderr_fd() >= 0) pump(w.process->stderr_fd(), *w.err);
     if (s_.board_ != nullptr) {

@@ -10,8 +10,11 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <thread>
+
+#include "ddp/error.h"
 
 namespace ddprun {
 namespace {
@@ -33,6 +36,14 @@ TEST(TimerRequest, ParsesFileTimerClientsLines) {
   EXPECT_FALSE(parse_timer_request(R"({"version": 2, "pid": 1, "expiration_time": 1})"));
   EXPECT_FALSE(parse_timer_request(R"({"version": 1, "pid": "x", "expiration_time": 1})"));
   EXPECT_FALSE(parse_timer_request("not json"));
+  // Fields of the wrong type, from any writer: refused, never thrown.
+  EXPECT_FALSE(parse_timer_request(R"({"version": "1", "pid": 1, "expiration_time": 1})"));
+  EXPECT_FALSE(
+      parse_timer_request(R"({"version": 1, "pid": 1, "expiration_time": 1, "scope_id": null})"));
+  EXPECT_FALSE(parse_timer_request(
+      R"({"version": 1, "pid": 1, "expiration_time": 1, "signal": "SIGKILL"})"));
+  EXPECT_FALSE(parse_timer_request(R"({"version": 1, "pid": 0, "expiration_time": 1})"));
+  EXPECT_FALSE(parse_timer_request(R"({"version": 1, "pid": 99999999999, "expiration_time": 1})"));
 }
 
 TEST(TimerBook, ReleasedTimersNeverExpireAndAPidIsSignalledOnce) {
@@ -101,6 +112,23 @@ TEST(FileTimerServer, AnExpiredSectionKillsItsWorkerAndNamesTheScope) {
   ASSERT_EQ(::waitpid(stranger, &status, 0), stranger);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_NE(::access(path.c_str(), F_OK), 0);  // the pipe is gone with the server
+}
+
+TEST(FileTimerServer, APathHoldingAnythingButAPipeIsLeftAloneAndNamed) {
+  const std::string path = "/tmp/ddprun-timer-file-" + std::to_string(::getpid());
+  { std::ofstream(path) << "data\n"; }
+  try {
+    FileTimerServer server(path, [](pid_t) { return true; });
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const ddp::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("exists and is not a named pipe"), std::string::npos)
+        << e.what();
+  }
+  std::ifstream kept(path);
+  std::string line;
+  std::getline(kept, line);
+  EXPECT_EQ(line, "data");
+  ::unlink(path.c_str());
 }
 
 }  // namespace

@@ -780,8 +780,10 @@ TEST(DdprunProcess, EventLogRecordsTheRendezvousAndEveryResult) {
   std::filesystem::remove(events);
   ChildProcess failed(
       cmd({"--standalone", "--nproc-per-node", "2", "--event-log-handler", "file:" + events},
-          {kWorker, "--fail-rank", "1", "--exit-code", "3", "--iterations", "50", "--interval-ms",
-           "100"}),
+          // Rank 0 sleeps 3 s between allreduces: the agent's stop reaches it there, before a
+          // collective could fail it on its own.
+          {kWorker, "--fail-rank", "1", "--exit-code", "3", "--iterations", "3", "--interval-ms",
+           "3000"}),
       {});
   ASSERT_EQ(failed.wait(seconds(60)), 3) << failed.output();
   lines = lines_of(read_file(events));
