@@ -150,10 +150,9 @@ Agent::Agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& en
   auto agent_error_file = env.find("TORCHELASTIC_ERROR_FILE");
   error_file_ =
       agent_error_file != env.end() ? agent_error_file->second : log_root_ + "/error.json";
-  const char* backends[] = {"static", "c10d", "etcd-v2"};
-  events_ = std::make_unique<EventLog>(
-      config.event_log, EventContext{config.run_id, config.role, host.fqdn(),
-                                     backends[static_cast<int>(config.rdzv_backend)], program_});
+  events_ = std::make_unique<EventLog>(config.event_log,
+                                       EventContext{config.run_id, config.role, host.fqdn(),
+                                                    to_string(config.rdzv_backend), program_});
 }
 
 void Agent::record_rendezvous(const NodeAssignment& node,

@@ -615,6 +615,18 @@ LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
   return c;
 }
 
+const char* to_string(RdzvBackend backend) {
+  switch (backend) {
+    case RdzvBackend::kStatic:
+      return "static";
+    case RdzvBackend::kC10d:
+      return "c10d";
+    case RdzvBackend::kEtcd:
+      return "etcd-v2";
+  }
+  return "unknown";
+}
+
 std::string LaunchConfig::describe() const {
   std::ostringstream out;
   const std::string nodes = min_nodes == max_nodes
@@ -624,11 +636,9 @@ std::string LaunchConfig::describe() const {
       << " (rank from " << node_rank_source << ", count from " << nnodes_source;
   if (!platform.empty()) out << "; " << platform;
   out << "), " << nproc_per_node << " worker" << (nproc_per_node == 1 ? "" : "s") << " per node, "
-      << (rdzv_backend == RdzvBackend::kStatic ? "static"
-          : rdzv_backend == RdzvBackend::kC10d ? "c10d"
-                                               : "etcd-v2")
-      << " rendezvous at " << store_host << ":" << store_port << " (from " << store_source
-      << "), run id '" << run_id << "', max restarts " << max_restarts << ":";
+      << to_string(rdzv_backend) << " rendezvous at " << store_host << ":" << store_port
+      << " (from " << store_source << "), run id '" << run_id << "', max restarts " << max_restarts
+      << ":";
   if (!share_worker_store) out << " worker rank 0 serves the workers' store;";
   if (doctor) out << " doctor (the program is not run)";
   if (preflight) out << " doctor, then";

@@ -19,6 +19,8 @@ namespace ddprun {
 // static: node 0's agent serves the store; c10d: the endpoint's agent serves it; etcd: an etcd
 // cluster at the endpoint holds the rendezvous, and each round's node 0 serves its workers' store.
 enum class RdzvBackend { kStatic, kC10d, kEtcd };
+// torchrun's name of the backend: "static", "c10d" or "etcd-v2".
+const char* to_string(RdzvBackend backend);
 
 // Which of a worker's output streams a setting applies to: bit 1 stdout, bit 2 stderr.
 enum StreamBits : unsigned { kNoStreams = 0, kStdout = 1, kStderr = 2, kBothStreams = 3 };
