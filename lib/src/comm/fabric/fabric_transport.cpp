@@ -44,8 +44,12 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
       owner_(::getpid()) {
   static_assert(std::is_standard_layout_v<Slot>,
                 "Slot must be standard layout so that its context's address is its own");
-  // A call still inside the provider after the op's whole timeout has failed the op anyway.
-  guard_ = std::make_unique<StuckCallGuard>(kStuckCallCpuLimit, timeout);
+  // A call still inside the provider after the op's whole timeout has failed the op anyway. One
+  // that spins is stuck sooner only once a peer on this host has exited: shm's locks live in the
+  // peers' shared memory (and EFA's local traffic goes over shm), and a live peer releases them.
+  guard_ = std::make_unique<StuckCallGuard>(kStuckCallCpuLimit, timeout, [watched = liveness_] {
+    return watched.first_exited(std::vector<bool>(watched.size(), true)).has_value();
+  });
   const fi_info& info = endpoint_->info();
   inject_bytes_ = info.tx_attr->inject_size;
   max_message_bytes_ = std::max<std::size_t>(info.ep_attr->max_msg_size, 1);
@@ -127,7 +131,7 @@ void FabricTransport::post_standing_receive(Slot& s, std::uint64_t tag, std::uin
   const auto deadline = Clock::now() + deadline_.timeout();
   PollBackoff backoff(spin_before_yield_);
   for (;;) {
-    const ssize_t rc = guarded([&] {
+    const ssize_t rc = guarded("fi_trecv", [&] {
       return fi_trecv(ep, s.buffer, s.bytes, desc, FI_ADDR_UNSPEC, tag, ignore, &s.context);
     });
     if (rc == 0) return;
@@ -277,11 +281,14 @@ collectives::PeerTransport::Request FabricTransport::send(int peer, std::uint32_
   if (!large && injects_small_sends_) {
     // Written into the peer's shared memory before returning; no completion is generated.
     if (digest) {
-      post_with_retry([&] { return fi_tinjectdata(ep, data, bytes, op_digest, destination, bits); },
-                      peer, "a send to");
+      post_with_retry(
+          "fi_tinjectdata",
+          [&] { return fi_tinjectdata(ep, data, bytes, op_digest, destination, bits); }, peer,
+          "a send to");
     } else {
-      post_with_retry([&] { return fi_tinject(ep, data, bytes, destination, bits); }, peer,
-                      "a send to");
+      post_with_retry(
+          "fi_tinject", [&] { return fi_tinject(ep, data, bytes, destination, bits); }, peer,
+          "a send to");
     }
     const Request request = acquire(SlotKind::kSend, peer, index, bytes);
     slots_[request].done = true;
@@ -292,12 +299,14 @@ collectives::PeerTransport::Request FabricTransport::send(int peer, std::uint32_
   void* context = &slots_[request].context;
   if (digest) {
     post_with_retry(
+        "fi_tsenddata",
         [&] { return fi_tsenddata(ep, data, bytes, desc, op_digest, destination, bits, context); },
         peer, "a send to");
     return request;
   }
-  post_with_retry([&] { return fi_tsend(ep, data, bytes, desc, destination, bits, context); }, peer,
-                  "a send to");
+  post_with_retry(
+      "fi_tsend", [&] { return fi_tsend(ep, data, bytes, desc, destination, bits, context); }, peer,
+      "a send to");
   return request;
 }
 
@@ -349,7 +358,8 @@ void FabricTransport::wait(Request request) {
 bool FabricTransport::progress() {
   fi_cq_tagged_entry entries[kCompletionBatch];
   fid_cq* cq = endpoint_->completion_queue();
-  const ssize_t count = guarded([&] { return fi_cq_read(cq, entries, kCompletionBatch); });
+  const ssize_t count =
+      guarded("fi_cq_read", [&] { return fi_cq_read(cq, entries, kCompletionBatch); });
   if (count > 0) {
     for (ssize_t i = 0; i < count; ++i) complete(entries[i]);
     if (!ready_receives_.empty()) post_ready_receives();

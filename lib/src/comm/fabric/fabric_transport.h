@@ -131,10 +131,11 @@ class FabricTransport final : public collectives::PeerTransport {
   char* header_buffer(int peer) const;
   char* notice_buffer(std::size_t index) const;
   void* descriptor_for(const void* data, std::size_t bytes);
-  // Posts through `post` until it stops answering -FI_EAGAIN, progressing in between; `receive`
-  // says which queue it fills, for the error when that queue is too small.
+  // Posts through `post` (libfabric's `call`) until it stops answering -FI_EAGAIN, progressing in
+  // between; `receive` says which queue it fills, for the error when that queue is too small.
   template <typename Post>
-  void post_with_retry(Post&& post, int peer, const char* what, bool receive = false);
+  void post_with_retry(const char* call, Post&& post, int peer, const char* what,
+                       bool receive = false);
   // An empty poll at `now`: checks the awaited peers' liveness when due, and fails the op once its
   // deadline has passed.
   inline void check_deadline(Clock::time_point now, int peer, const char* waiting_for);
@@ -162,9 +163,10 @@ class FabricTransport final : public collectives::PeerTransport {
   void abandon_silently();
   // Leaks the fabric objects and the memory they reference, closing nothing.
   void leak_fabric();
-  // Runs one libfabric call under the stuck-call guard; fails the op if it never returns.
+  // Runs one libfabric call, `name` ("fi_cq_read"), under the stuck-call guard; fails the op if
+  // it never returns.
   template <typename Call>
-  ssize_t guarded(Call&& call);
+  ssize_t guarded(const char* name, Call&& call);
 
   std::unique_ptr<StuckCallGuard> guard_;
   bool wedged_ = false;  // a call was abandoned: the endpoint must not be touched again

@@ -46,8 +46,9 @@ void FabricTransport::send_header(int peer) {
   fid_ep* ep = endpoint_->endpoint();
   const fi_addr_t destination = peers_[peer];
   if (injects_small_sends_ && sizeof(header) <= inject_bytes_) {
-    post_with_retry([&] { return fi_tinject(ep, &header, sizeof(header), destination, bits); },
-                    peer, "an op header to");
+    post_with_retry(
+        "fi_tinject", [&] { return fi_tinject(ep, &header, sizeof(header), destination, bits); },
+        peer, "an op header to");
     return;
   }
   // Every header of an op is the same, so the peers' sends can share this rank's slot; end_op
@@ -58,6 +59,7 @@ void FabricTransport::send_header(int peer) {
   void* desc = control_registration_->descriptor();
   void* context = &slots_[request].context;
   post_with_retry(
+      "fi_tsend",
       [&] { return fi_tsend(ep, staged, sizeof(header), desc, destination, bits, context); }, peer,
       "an op header to");
 }
@@ -72,7 +74,7 @@ void FabricTransport::probe_with_header(int peer) {
   const std::uint64_t bits = header_tag(rank_);
   fid_ep* ep = endpoint_->endpoint();
   const fi_addr_t destination = peers_[peer];
-  guarded([&] { return fi_tinject(ep, &header, sizeof(header), destination, bits); });
+  guarded("fi_tinject", [&] { return fi_tinject(ep, &header, sizeof(header), destination, bits); });
 }
 
 void FabricTransport::take_header(int peer) {
@@ -109,7 +111,7 @@ void FabricTransport::post_queued_receives(std::vector<Entry>& queue, SlotOf&& s
   std::size_t posted = 0;
   for (; posted < queue.size(); ++posted) {
     Slot& s = slot_of(queue[posted]);
-    const ssize_t rc = guarded([&] {
+    const ssize_t rc = guarded("fi_trecv", [&] {
       return fi_trecv(ep, s.buffer, s.bytes, s.desc, FI_ADDR_UNSPEC, s.tag, 0, &s.context);
     });
     if (rc == -FI_EAGAIN) break;  // the next progress tries again
@@ -126,6 +128,7 @@ void FabricTransport::post_receive(Request request) {
   Slot& s = slots_[request];
   fid_ep* ep = endpoint_->endpoint();
   post_with_retry(
+      "fi_trecv",
       [&] { return fi_trecv(ep, s.buffer, s.bytes, s.desc, FI_ADDR_UNSPEC, s.tag, 0, &s.context); },
       s.peer, "a receive from", true);
 }

@@ -21,8 +21,9 @@ inline constexpr int kCompletionBatch = 16;
 inline constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
 // How long an op may still run after a peer that was already past it aborted.
 inline constexpr auto kAbortGrace = std::chrono::milliseconds(2000);
-// No single libfabric call legitimately burns this much CPU (messages are at most a chunk); one
-// that does is spinning on a lock (see StuckCallGuard). Under ThreadSanitizer every copy the
+// A libfabric call that burns this much CPU while a peer on this host has exited is spinning on a
+// lock the dead peer held (see StuckCallGuard); with every peer alive it may merely be charged for
+// a loaded host's work, and is judged at the op's timeout. Under ThreadSanitizer every copy the
 // provider makes is checked against shadow memory, which multiplies the CPU a copy costs.
 #if defined(__SANITIZE_THREAD__)
 inline constexpr auto kStuckCallCpuLimit = std::chrono::milliseconds(10000);
@@ -66,9 +67,9 @@ inline void FabricTransport::check_deadline(Clock::time_point now, int peer,
 }
 
 template <typename Call>
-ssize_t FabricTransport::guarded(Call&& call) {
+ssize_t FabricTransport::guarded(const char* name, Call&& call) {
   ssize_t rc = 0;
-  if (!guard_->run([&] { rc = call(); })) {
+  if (!guard_->run(name, [&] { rc = call(); })) {
     wedged_ = true;
     fail_stuck_call();
   }
@@ -76,10 +77,11 @@ ssize_t FabricTransport::guarded(Call&& call) {
 }
 
 template <typename Post>
-void FabricTransport::post_with_retry(Post&& post, int peer, const char* what, bool receive) {
+void FabricTransport::post_with_retry(const char* call, Post&& post, int peer, const char* what,
+                                      bool receive) {
   PollBackoff backoff(spin_before_yield_);
   for (;;) {
-    const ssize_t rc = guarded(post);
+    const ssize_t rc = guarded(call, post);
     if (rc == 0) return;
     if (rc != -FI_EAGAIN) {
       fail(peer, std::string(what) + " rank " + std::to_string(peer) + " could not be posted: " +

@@ -59,14 +59,15 @@ void FabricTransport::release_fabric() {
   if (!wedged_) {
     // The endpoint goes first, so nothing still posted can touch memory released below.
     FabricEndpoint* endpoint = endpoint_.get();
-    if (guard_->run([endpoint] { endpoint->close_endpoint(); }, kBestEffortCallLimit)) {
+    if (guard_->run(
+            "fi_close", [endpoint] { endpoint->close_endpoint(); }, kBestEffortCallLimit)) {
       op_registrations_.clear();
       scratch_registration_.reset();
       control_registration_.reset();
       endpoint_.reset();
       return;
     }
-    log::debug("fabric: closing the endpoint {} without returning; leaking it",
+    log::debug("fabric: closing the endpoint: {} without returning; leaking it",
                guard_->last_abandoned_reason());
     wedged_ = true;
   }
@@ -93,7 +94,7 @@ void FabricTransport::fail_stuck_call() {
   auto dead = liveness_.first_exited(awaited_peers());
   if (!dead) dead = liveness_.first_exited(std::vector<bool>(peers_.size(), true));
   fail(dead.value_or(-1),
-       "a libfabric call " + guard_->last_abandoned_reason() + " without returning" +
+       "libfabric's " + guard_->last_abandoned_reason() + " without returning" +
            (dead ? "; rank " + std::to_string(*dead) +
                        " exited on this host, apparently inside the provider's shared-memory "
                        "critical section"
@@ -111,7 +112,7 @@ void FabricTransport::require_usable() const {
 void FabricTransport::raise_completion_error() {
   fi_cq_err_entry error{};  // zeroed: err_data_size 0 asks the provider for its own buffer
   fid_cq* cq = endpoint_->completion_queue();
-  const ssize_t read = guarded([&] { return fi_cq_readerr(cq, &error, 0); });
+  const ssize_t read = guarded("fi_cq_readerr", [&] { return fi_cq_readerr(cq, &error, 0); });
   if (read != 1) fail(-1, "fi_cq_readerr failed: " + fabric_error_text(read));
   char provider_text[256] = {0};
   const char* detail = fi_cq_strerror(endpoint_->completion_queue(), error.prov_errno,
@@ -196,13 +197,14 @@ void FabricTransport::notify_peers(const std::string& reason) {
     for (;;) {
       ssize_t rc = 0;
       if (!guard_->run(
+              injected ? "fi_tinject" : "fi_tsend",
               [&] {
                 rc = injected ? fi_tinject(ep, staged, length, destination, bits)
                               : fi_tsend(ep, staged, length, desc, destination, bits, context);
               },
               kBestEffortCallLimit)) {
-        log::debug("fabric: the abort notice to rank {}: a libfabric call {} without returning",
-                   peer, guard_->last_abandoned_reason());
+        log::debug("fabric: the abort notice to rank {}: {} without returning", peer,
+                   guard_->last_abandoned_reason());
         wedged_ = true;
         return;
       }
@@ -243,16 +245,18 @@ bool FabricTransport::drain_quietly(std::chrono::milliseconds period) {
   do {
     fi_cq_tagged_entry entries[kCompletionBatch];
     ssize_t rc = 0;
-    if (!guard_->run([&] { rc = fi_cq_read(cq, entries, kCompletionBatch); },
-                     kBestEffortCallLimit)) {
-      log::debug("fabric: draining after a failure: fi_cq_read {} without returning",
+    if (!guard_->run(
+            "fi_cq_read", [&] { rc = fi_cq_read(cq, entries, kCompletionBatch); },
+            kBestEffortCallLimit)) {
+      log::debug("fabric: draining after a failure: {} without returning",
                  guard_->last_abandoned_reason());
       wedged_ = true;
       return false;
     }
     if (rc == -FI_EAVAIL) {
       fi_cq_err_entry error{};
-      if (!guard_->run([&] { rc = fi_cq_readerr(cq, &error, 0); }, kBestEffortCallLimit)) {
+      if (!guard_->run(
+              "fi_cq_readerr", [&] { rc = fi_cq_readerr(cq, &error, 0); }, kBestEffortCallLimit)) {
         wedged_ = true;
         return false;
       }

@@ -4,6 +4,7 @@
 // hosts are not watched; for them the timeout, or a survivor's abort notice, ends the wait.
 #include <sys/types.h>
 
+#include <cstddef>
 #include <optional>
 #include <vector>
 
@@ -19,6 +20,7 @@ class PeerLiveness {
   // a zombie, if any.
   std::optional<int> first_exited(const std::vector<bool>& candidates) const;
   std::optional<pid_t> pid_of(int rank) const;
+  std::size_t size() const { return pids_.size(); }
 
  private:
   std::vector<std::optional<pid_t>> pids_;

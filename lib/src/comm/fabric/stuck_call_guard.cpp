@@ -63,8 +63,11 @@ void install_handler_once() {
 }  // namespace
 
 StuckCallGuard::StuckCallGuard(std::chrono::milliseconds cpu_limit,
-                               std::chrono::milliseconds wall_limit)
-    : cpu_limit_(cpu_limit), wall_limit_(wall_limit) {
+                               std::chrono::milliseconds wall_limit,
+                               std::function<bool()> lock_holder_gone)
+    : cpu_limit_(cpu_limit),
+      wall_limit_(wall_limit),
+      lock_holder_gone_(std::move(lock_holder_gone)) {
   install_handler_once();
   watchdog_ = std::thread([this] { watch(); });
 }
@@ -80,7 +83,9 @@ StuckCallGuard::~StuckCallGuard() {
 
 int StuckCallGuard::escape_signal() { return SIGRTMIN + 7; }
 
-void StuckCallGuard::enter(sigjmp_buf* escape, std::chrono::milliseconds wall_limit) {
+void StuckCallGuard::enter(const char* what, sigjmp_buf* escape,
+                           std::chrono::milliseconds wall_limit) {
+  call_name_.store(what, std::memory_order_relaxed);
   call_wall_limit_ms_.store(wall_limit.count(), std::memory_order_relaxed);
   clockid_t clock = CLOCK_THREAD_CPUTIME_ID;
   pthread_getcpuclockid(pthread_self(), &clock);  // arithmetic on the thread id, no system call
@@ -114,15 +119,18 @@ bool StuckCallGuard::abandoned() {
 }
 
 std::string StuckCallGuard::last_abandoned_reason() const {
-  switch (reason_.load(std::memory_order_acquire)) {
+  const Reason reason = reason_.load(std::memory_order_acquire);
+  const std::string call = abandoned_call_name_.load(std::memory_order_relaxed);
+  const std::string named = call.empty() ? call : call + " ";
+  switch (reason) {
     case Reason::kSpinning:
-      return "spun for " + std::to_string(cpu_limit_.count()) + " ms of CPU time";
+      return named + "spun for " + std::to_string(cpu_limit_.count()) + " ms of CPU time";
     case Reason::kOverran:
-      return "ran for " + std::to_string(abandoned_wall_limit_ms_.load()) + " ms";
+      return named + "ran for " + std::to_string(abandoned_wall_limit_ms_.load()) + " ms";
     case Reason::kNone:
       break;
   }
-  return "was abandoned";
+  return named + "was abandoned";
 }
 
 void StuckCallGuard::watch() {
@@ -151,18 +159,11 @@ void StuckCallGuard::watch() {
       continue;
     }
     const auto cpu_now = cpu_time(clock, cpu_at_sight);
-    Reason reason = Reason::kNone;
-    if (cpu_now - cpu_at_sight >= cpu_limit_) {
-      reason = Reason::kSpinning;
-    } else if (now - wall_at_sight >= wall_limit &&
-               !runnable(caller_tid_.load(std::memory_order_relaxed))) {
-      // Only a call that sleeps (on a lock no one releases, say) overruns. A runnable one is
-      // computing or waiting for a core on a busy host, and may be inside malloc or another
-      // libc lock, which a jump out of would leave held for good; the CPU limit judges it.
-      reason = Reason::kOverran;
-      abandoned_wall_limit_ms_.store(wall_limit.count(), std::memory_order_relaxed);
-    }
+    const Reason reason = judge(cpu_now - cpu_at_sight, now - wall_at_sight, wall_limit);
     if (reason == Reason::kNone) continue;
+    abandoned_wall_limit_ms_.store(wall_limit.count(), std::memory_order_relaxed);
+    abandoned_call_name_.store(call_name_.load(std::memory_order_relaxed),
+                               std::memory_order_relaxed);
     reason_.store(reason, std::memory_order_release);
     doomed_call_.store(calls, std::memory_order_relaxed);
     pthread_kill(caller_.load(std::memory_order_relaxed), escape_signal());
@@ -170,6 +171,20 @@ void StuckCallGuard::watch() {
     wall_at_sight = now;
     cpu_at_sight = cpu_now;
   }
+}
+
+StuckCallGuard::Reason StuckCallGuard::judge(std::chrono::nanoseconds cpu_used,
+                                             std::chrono::steady_clock::duration wall_used,
+                                             std::chrono::milliseconds wall_limit) {
+  const bool overran = wall_used >= wall_limit;
+  if (cpu_used >= cpu_limit_ && (overran || !lock_holder_gone_ || lock_holder_gone_())) {
+    return Reason::kSpinning;
+  }
+  // Only a call that sleeps (on a lock no one releases, say) overruns. A runnable one is
+  // computing or waiting for a core on a busy host, and may be inside malloc or another libc
+  // lock, which a jump out of would leave held for good; the CPU rules judge it.
+  if (overran && !runnable(caller_tid_.load(std::memory_order_relaxed))) return Reason::kOverran;
+  return Reason::kNone;
 }
 
 }  // namespace ddp::detail::fabric
