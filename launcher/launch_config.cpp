@@ -556,6 +556,7 @@ void resolve_output(const CommandLine& cli, const EnvMap& env, LaunchConfig& c) 
     c.local_ranks_filter = ranks;
   }
   if (auto v = pick(cli, env, "local-addr")) c.local_addr = v->value;
+  c.log_line_prefix_template = env_value(env, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
   if (auto v = pick(cli, env, "duplicate-stdout-filters")) {
     c.duplicate_stdout_filters = split_filter_list(v->value);
   }

@@ -164,11 +164,13 @@ void Supervisor::open_outputs(Worker& w, const std::string& dir,
   const unsigned teed = config_.tee.for_rank(lr);
   const unsigned to_file = redirected | teed;
   const bool shown = !config_.local_ranks_filter || config_.local_ranks_filter->count(lr) != 0;
+  const std::string prefix =
+      worker_line_prefix(config_.log_line_prefix_template, config_.role, w.rank, lr);
   w.out =
-      std::make_unique<WorkerOutput>(w.rank, shown && !(redirected & kStdout) ? STDOUT_FILENO : -1,
+      std::make_unique<WorkerOutput>(prefix, shown && !(redirected & kStdout) ? STDOUT_FILENO : -1,
                                      to_file & kStdout ? dir + "/stdout.log" : "", 0);
   w.err = std::make_unique<WorkerOutput>(
-      w.rank, shown && !(redirected & kStderr) ? STDERR_FILENO : -1,
+      prefix, shown && !(redirected & kStderr) ? STDERR_FILENO : -1,
       to_file & kStderr ? dir + "/stderr.log" : "", kStderrTailLines);
   if (shown && (teed & kStdout) && copies.out) w.out->duplicate_to(copies.out);
   if (shown && (teed & kStderr) && copies.err) w.err->duplicate_to(copies.err);

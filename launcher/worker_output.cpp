@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <map>
 
 #include "ddp/error.h"
 
@@ -12,7 +14,51 @@ namespace {
 // Long lines without a newline (progress bars) are cut so memory stays bounded.
 constexpr std::size_t kMaxLine = 64 * 1024;
 
+bool identifier_start(char c) { return c == '_' || std::isalpha(static_cast<unsigned char>(c)); }
+bool identifier_char(char c) {
+  return identifier_start(c) || std::isdigit(static_cast<unsigned char>(c));
+}
+
 }  // namespace
+
+std::string worker_line_prefix(const std::optional<std::string>& line_template,
+                               const std::string& role, int rank, int local_rank) {
+  if (!line_template) return "[rank" + std::to_string(rank) + "]:";
+  const std::map<std::string, std::string> values = {{"role_name", role},
+                                                     {"rank", std::to_string(rank)},
+                                                     {"local_rank", std::to_string(local_rank)}};
+  const std::string& t = *line_template;
+  std::string out;
+  std::size_t i = 0;
+  while (i < t.size()) {
+    if (t[i] != '$' || i + 1 == t.size()) {
+      out += t[i++];
+      continue;
+    }
+    if (t[i + 1] == '$') {  // "$$"
+      out += '$';
+      i += 2;
+      continue;
+    }
+    const bool braced = t[i + 1] == '{';
+    const std::size_t start = i + (braced ? 2 : 1);
+    std::size_t end = start;
+    if (end < t.size() && identifier_start(t[end])) {
+      while (end < t.size() && identifier_char(t[end])) ++end;
+    }
+    const bool closed = !braced || (end < t.size() && t[end] == '}');
+    const auto value =
+        end > start && closed ? values.find(t.substr(start, end - start)) : values.end();
+    if (value == values.end()) {  // safe_substitute: an unknown or malformed one stays as written
+      out += '$';
+      ++i;
+      continue;
+    }
+    out += value->second;
+    i = end + (braced ? 1 : 0);
+  }
+  return out;
+}
 
 void write_fully(int fd, const std::string& text) {
   std::size_t done = 0;
@@ -41,11 +87,9 @@ void FilteredCopy::offer(const std::string& prefix, const std::string& line) {
   }
 }
 
-WorkerOutput::WorkerOutput(int rank, int console_fd, const std::string& log_path,
+WorkerOutput::WorkerOutput(std::string prefix, int console_fd, const std::string& log_path,
                            std::size_t tail_lines)
-    : prefix_("[rank" + std::to_string(rank) + "]:"),
-      console_fd_(console_fd),
-      tail_lines_(tail_lines) {
+    : prefix_(std::move(prefix)), console_fd_(console_fd), tail_lines_(tail_lines) {
   if (!log_path.empty()) {
     file_ = std::make_unique<std::ofstream>(log_path, std::ios::binary | std::ios::trunc);
     if (!*file_) {

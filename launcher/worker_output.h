@@ -1,15 +1,22 @@
 #pragma once
 // One stream (stdout or stderr) of one worker: each complete line goes to the console prefixed
-// with the worker's rank ("[rank3]:" like torchrun), the raw bytes to a log file when
-// --tee/--redirects ask for it, and the last lines are kept for the root-cause summary.
+// with the worker's rank ("[rank3]:"), the raw bytes to a log file when --tee/--redirects ask
+// for it, and the last lines are kept for the root-cause summary.
 #include <cstddef>
 #include <deque>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace ddprun {
+
+// A worker's console prefix: "[rank3]:", or TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE filled in as
+// torchrun fills it (Python's string.Template.safe_substitute with role_name, rank, local_rank:
+// "$name" or "${name}", "$$" for "$", anything else left as written).
+std::string worker_line_prefix(const std::optional<std::string>& line_template,
+                               const std::string& role, int rank, int local_rank);
 
 // --duplicate-std{out,err}-filters: the node's one file per stream and round that collects the
 // lines holding any of the filters (plain substrings, as torchrun), prefixed as on the console.
@@ -25,8 +32,10 @@ class FilteredCopy {
 
 class WorkerOutput {
  public:
-  // console_fd: 1 or 2, or -1 for no console copy. log_path: "" for no file.
-  WorkerOutput(int rank, int console_fd, const std::string& log_path, std::size_t tail_lines);
+  // prefix: each console line's (worker_line_prefix()). console_fd: 1 or 2, or -1 for no
+  // console copy. log_path: "" for no file.
+  WorkerOutput(std::string prefix, int console_fd, const std::string& log_path,
+               std::size_t tail_lines);
 
   // Also offers every line to `copy` (shared by the node's workers).
   void duplicate_to(std::shared_ptr<FilteredCopy> copy) { copy_ = std::move(copy); }

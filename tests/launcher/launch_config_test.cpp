@@ -332,6 +332,13 @@ TEST(LaunchConfig, DuplicateFiltersSplitOnCommasAndKeepDoubledOnes) {
   EXPECT_EQ(split_filter_list("a,,,b"), (std::vector<std::string>{"a,", "b"}));
 }
 
+TEST(LaunchConfig, TheLinePrefixTemplateComesFromTorchelasticsVariable) {
+  EXPECT_FALSE(resolve({"a"}).log_line_prefix_template);
+  EXPECT_EQ(resolve({"a"}, {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "${rank}:"}})
+                .log_line_prefix_template,
+            "${rank}:");
+}
+
 TEST(LaunchConfig, VirtualLocalRankNeedsADevicePerWorker) {
   EXPECT_TRUE(resolve({"--virtual-local-rank", "--nproc-per-node", "2", "a"}).virtual_local_rank);
   EXPECT_TRUE(resolve({"a"}, {{"PET_VIRTUAL_LOCAL_RANK", "1"}}).virtual_local_rank);

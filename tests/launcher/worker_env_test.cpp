@@ -129,7 +129,7 @@ TEST(WorkerOutput, PrefixesCompleteLinesAndKeepsTheTail) {
   const std::string log =
       std::filesystem::temp_directory_path() / ("ddprun-unit-log-" + std::to_string(getpid()));
   {
-    WorkerOutput out(3, console.fd(), log, 2);
+    WorkerOutput out(worker_line_prefix(std::nullopt, "default", 3, 1), console.fd(), log, 2);
     out.write("hel", 3);
     out.write("lo\nsecond\nthi", 13);
     EXPECT_EQ(console.text(), "[rank3]:hello\n[rank3]:second\n");
@@ -142,8 +142,21 @@ TEST(WorkerOutput, PrefixesCompleteLinesAndKeepsTheTail) {
   std::filesystem::remove(log);
 }
 
+TEST(WorkerOutput, TheLinePrefixTemplateIsFilledInAsTorchrunFillsIt) {
+  // Python's string.Template.safe_substitute(role_name=, rank=, local_rank=).
+  const auto prefix = [](const std::string& t) { return worker_line_prefix(t, "trainer", 5, 1); };
+  EXPECT_EQ(worker_line_prefix(std::nullopt, "trainer", 5, 1), "[rank5]:");
+  EXPECT_EQ(prefix("[${role_name}${local_rank}]:"), "[trainer1]:");  // torchrun's --tee header
+  EXPECT_EQ(prefix("$role_name/$rank/$local_rank| "), "trainer/5/1| ");
+  EXPECT_EQ(prefix("${rank}0 $$rank"), "50 $rank");
+  // Unknown names, other case, unclosed braces and a lone "$" stay as written.
+  EXPECT_EQ(prefix("$ranks ${host} $RANK ${rank $ $1 end$"),
+            "$ranks ${host} $RANK ${rank $ $1 end$");
+  EXPECT_EQ(prefix(""), "");
+}
+
 TEST(WorkerOutput, UnwritableLogIsAConfigError) {
-  EXPECT_THROW(WorkerOutput out(0, -1, "/nonexistent-dir/x.log", 0), ddp::ConfigError);
+  EXPECT_THROW(WorkerOutput out("[rank0]:", -1, "/nonexistent-dir/x.log", 0), ddp::ConfigError);
 }
 
 FailureReport sample_report() {

@@ -58,6 +58,18 @@ struct TempDir {
   ~TempDir() { std::filesystem::remove_all(path); }
 };
 
+TEST(DdprunProcess, TheLinePrefixTemplateNamesEachConsoleLine) {
+  // torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, filled in per worker.
+  ChildProcess run(
+      cmd({"--standalone", "--nproc-per-node", "2", "--role", "trainer"}, {kWorker}),
+      {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${role_name}${local_rank}|$rank]:"}});
+  ASSERT_EQ(run.wait(seconds(60)), 0) << run.output();
+  const std::string out = run.output();
+  EXPECT_NE(out.find("[trainer0|0]:rank=0 sum=3 ok attempt=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("[trainer1|1]:rank=1 sum=3 ok attempt=0"), std::string::npos) << out;
+  EXPECT_EQ(out.find("[rank0]:"), std::string::npos) << out;
+}
+
 TEST(DdprunProcess, StandaloneRunsTwoRanksWithTorchrunEnvironment) {
   ChildProcess run(cmd({"--standalone", "--nproc-per-node", "2"}, {kWorker, "--print-env"}),
                    {{"OMP_NUM_THREADS", ""}});
