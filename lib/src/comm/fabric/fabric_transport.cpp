@@ -48,7 +48,7 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
   // that spins is stuck sooner only once a peer on this host has exited: shm's locks live in the
   // peers' shared memory (and EFA's local traffic goes over shm), and a live peer releases them.
   guard_ = std::make_unique<StuckCallGuard>(kStuckCallCpuLimit, timeout, [watched = liveness_] {
-    return watched.first_exited(std::vector<bool>(watched.size(), true)).has_value();
+    return watched.first_exited().has_value();
   });
   const fi_info& info = endpoint_->info();
   inject_bytes_ = info.tx_attr->inject_size;

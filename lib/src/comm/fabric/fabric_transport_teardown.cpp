@@ -92,7 +92,7 @@ void FabricTransport::leak_fabric() {
 void FabricTransport::fail_stuck_call() {
   // Blame a peer this op waits on first: others may have exited normally by now.
   auto dead = liveness_.first_exited(awaited_peers());
-  if (!dead) dead = liveness_.first_exited(std::vector<bool>(peers_.size(), true));
+  if (!dead) dead = liveness_.first_exited();
   fail(dead.value_or(-1),
        "libfabric's " + guard_->last_abandoned_reason() + " without returning" +
            (dead ? "; rank " + std::to_string(*dead) +

@@ -36,6 +36,10 @@ std::optional<int> PeerLiveness::first_exited(const std::vector<bool>& candidate
   return std::nullopt;
 }
 
+std::optional<int> PeerLiveness::first_exited() const {
+  return first_exited(std::vector<bool>(pids_.size(), true));
+}
+
 std::optional<pid_t> PeerLiveness::pid_of(int rank) const {
   if (rank < 0 || static_cast<std::size_t>(rank) >= pids_.size()) return std::nullopt;
   return pids_[rank];

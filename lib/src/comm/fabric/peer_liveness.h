@@ -4,7 +4,6 @@
 // hosts are not watched; for them the timeout, or a survivor's abort notice, ends the wait.
 #include <sys/types.h>
 
-#include <cstddef>
 #include <optional>
 #include <vector>
 
@@ -19,8 +18,9 @@ class PeerLiveness {
   // The first watched rank among `candidates` (indexed by rank) whose process has exited or is
   // a zombie, if any.
   std::optional<int> first_exited(const std::vector<bool>& candidates) const;
+  // The first watched rank of all whose process has exited or is a zombie, if any.
+  std::optional<int> first_exited() const;
   std::optional<pid_t> pid_of(int rank) const;
-  std::size_t size() const { return pids_.size(); }
 
  private:
   std::vector<std::optional<pid_t>> pids_;

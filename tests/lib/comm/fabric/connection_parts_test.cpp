@@ -177,6 +177,7 @@ TEST(PeerLiveness, SeesExitedAndZombieProcesses) {
   PeerLiveness liveness({std::nullopt, ::getpid(), child});
   EXPECT_EQ(liveness.first_exited({true, true, true}), 2);
   EXPECT_EQ(liveness.first_exited({true, true, false}), std::nullopt);
+  EXPECT_EQ(liveness.first_exited(), 2);
   ::waitpid(child, nullptr, 0);
   EXPECT_TRUE(process_exited(child));
   EXPECT_EQ(PeerLiveness({std::nullopt, ::getpid()}).first_exited({true, true}), std::nullopt);
