@@ -31,6 +31,10 @@ Store::Store(std::shared_ptr<detail::StoreBackend> backend, std::string prefix)
 
 Store::~Store() = default;
 
+std::shared_ptr<Store> Store::adopt(std::shared_ptr<detail::StoreBackend> backend) {
+  return std::shared_ptr<Store>(new Store(std::move(backend), ""));
+}
+
 std::shared_ptr<Store> Store::host(int port, milliseconds timeout, const std::string& join_token) {
   StoreServerOptions options;
   options.port = port;

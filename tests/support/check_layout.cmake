@@ -24,7 +24,7 @@ set(multiprocess_tests
   "multiprocess/comm/gloo_backend_test.cpp=comm/gloo/gloo_communicator comm/gloo/gloo_device comm/gloo/gloo_direct_exchange comm/gloo/gloo_payload_exchange comm/gloo/gloo_peer_transport comm/gloo/gloo_store_bridge"
   "multiprocess/comm/init_process_group_test.cpp=distributed"
   "multiprocess/fabric/fabric_process_test.cpp=comm/fabric/fabric_communicator comm/fabric/fabric_connection comm/fabric/fabric_endpoint comm/fabric/fabric_info comm/fabric/fabric_transport comm/fabric/fabric_transport_agreement comm/fabric/fabric_transport_liveness comm/fabric/fabric_transport_teardown comm/fabric/cross_memory_attach comm/fabric/module_entry_point"
-  "multiprocess/parallel/distributed_data_parallel_test.cpp=parallel/distributed_data_parallel"
+  "multiprocess/parallel/distributed_data_parallel_test.cpp=parallel/distributed_data_parallel parallel/tensor_buffer"
   "multiprocess/train/trainer_test.cpp=train/trainer train/evaluation"
   "multiprocess/launcher/launcher_process_test.cpp=launcher/agent launcher/command_line launcher/failure_report launcher/host_facts launcher/main launcher/signal_inbox launcher/store_rendezvous launcher/supervisor launcher/worker_output launcher/worker_process"
   "multiprocess/launcher/netns_pods_test.cpp=launcher/kubernetes launcher/doctor launcher/allreduce_sweep"

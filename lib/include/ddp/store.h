@@ -73,6 +73,10 @@ class Store {
                                      std::chrono::milliseconds request_timeout);
   static std::shared_ptr<Store> etcd(const EtcdOptions& options, std::chrono::milliseconds timeout);
 
+  // A store whose operations go to `backend`: a binding's own store (ddp/capi.h hands torch's
+  // c10d Store through one), with no prefix.
+  static std::shared_ptr<Store> adopt(std::shared_ptr<detail::StoreBackend> backend);
+
   ~Store();
 
   void set(const std::string& key, const std::string& value);

@@ -65,7 +65,8 @@ struct Buffer {
   Buffer(T* d, std::size_t n) : data(d), count(n), dtype(data_type_of<T>()) {}
   template <typename T>
   Buffer(std::vector<T>& v) : Buffer(v.data(), v.size()) {}  // NOLINT: implicit by design
-  // A contiguous CPU tensor of a supported dtype; throws ddp::Error otherwise.
+  // A contiguous CPU tensor of a supported dtype; throws ddp::Error otherwise. Defined in
+  // ddp::parallel (link it, or ddp::ddp, to pass tensors): ddp::comm itself does not link torch.
   Buffer(const at::Tensor& tensor);  // NOLINT: implicit by design
 
   std::size_t bytes() const { return count * element_size(dtype); }

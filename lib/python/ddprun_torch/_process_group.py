@@ -1,0 +1,448 @@
+"""ProcessGroupDdprun: a torch.distributed ProcessGroup written in Python over libddp_capi.
+
+Each collective hands raw pointers to the library, which runs it on the communicator's own thread
+in issue order. A completer thread per group waits for each in that order, copies results back
+where the caller's tensor was not contiguous, and completes the torch Future that Work.wait and
+DDP's bucket hooks use. Nothing here holds the GIL while a collective runs.
+"""
+
+import collections
+import os
+import queue
+import threading
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from . import _capi, _store
+
+_DTYPES = {
+    torch.float32: _capi.DTYPE_FLOAT32, torch.float64: _capi.DTYPE_FLOAT64,
+    torch.bfloat16: _capi.DTYPE_BFLOAT16, torch.float16: _capi.DTYPE_FLOAT16,
+    torch.int32: _capi.DTYPE_INT32, torch.int64: _capi.DTYPE_INT64,
+}
+_OPS = [
+    (dist.ReduceOp.SUM, _capi.OP_SUM), (dist.ReduceOp.AVG, _capi.OP_AVG),
+    (dist.ReduceOp.MIN, _capi.OP_MIN), (dist.ReduceOp.MAX, _capi.OP_MAX),
+]
+_PRODUCT = "product"
+
+
+def _unsupported(name, instead):
+    raise RuntimeError(f"the ddprun backend has no {name}; {instead}")
+
+
+try:
+    from torch._C._distributed_c10d import _create_work_from_future
+except ImportError:  # before torch 2.0
+    _create_work_from_future = None
+
+
+def _work(future):
+    """The Work torch gets for a collective: a C++ Work over the future where torch has one (it
+    lives as long as torch holds it); else the Python subclass below, kept referenced by the
+    group, since torch's C++ side cannot keep a Python Work alive before 2.x."""
+    if _create_work_from_future is not None:
+        return _create_work_from_future(future)
+    return _Work(future)
+
+
+class _Work(dist._Work):
+    """A collective in flight: wait() blocks until the completer finished it."""
+
+    def __init__(self, future):
+        super().__init__()
+        self._future = future
+
+    def wait(self, timeout=None):  # noqa: ARG002 -- the op has its own timeout
+        self._future.wait()  # raises the collective's error
+        return True
+
+    def get_future(self):
+        return self._future
+
+    def is_completed(self):
+        return self._future.done()
+
+    def is_success(self):
+        if not self._future.done():
+            return False
+        try:
+            self._future.value()
+            return True
+        except Exception:  # noqa: BLE001
+            return False
+
+    def exception(self):
+        try:
+            self._future.value()
+            return None
+        except Exception as e:  # noqa: BLE001
+            return e
+
+    def source_rank(self):
+        return -1
+
+
+def _op_timeout(timeout):
+    env = os.environ.get("DDP_TIMEOUT_SEC")
+    if env:
+        try:
+            return int(float(env) * 1000)
+        except ValueError:
+            raise ValueError(f"DDP_TIMEOUT_SEC={env!r} is not a number of seconds") from None
+    if isinstance(timeout, timedelta):
+        return int(timeout.total_seconds() * 1000)
+    return 30 * 60 * 1000
+
+
+def _dtype_code(tensor, op_name):
+    if tensor.device.type != "cpu":
+        raise RuntimeError(f"ddprun {op_name}: a {tensor.device} tensor; the ddprun backend takes "
+                           f"CPU tensors (use 'cpu:ddprun,cuda:nccl' for both)")
+    code = _DTYPES.get(tensor.dtype)
+    if code is None:
+        raise RuntimeError(f"ddprun {op_name}: dtype {tensor.dtype} is not supported; use "
+                           f"float32, float64, bfloat16, float16, int32 or int64")
+    return code
+
+
+def _reduce_code(op, op_name):
+    # opts.reduceOp is a ReduceOp object that compares equal to its RedOpType, but hashes apart.
+    if op == dist.ReduceOp.PRODUCT:
+        return _PRODUCT
+    for red_op, code in _OPS:
+        if op == red_op:
+            return code
+    name = getattr(op, "op", op)
+    raise RuntimeError(f"ddprun {op_name}: reduce op {name} is not supported; use SUM, AVG, "
+                       f"MIN, MAX or PRODUCT")
+
+
+def _single(tensors, op_name):
+    if len(tensors) != 1:
+        raise RuntimeError(f"ddprun {op_name}: one tensor per process, got {len(tensors)}")
+    return tensors[0]
+
+
+class ProcessGroupDdprun(dist.ProcessGroup):
+    """The "ddprun" backend: init_process_group("ddprun") or "cpu:ddprun"."""
+
+    def __init__(self, store, rank, size, timeout):
+        super().__init__(rank, size)
+        self._rank = rank
+        self._size = size
+        self._store_fn = _store.callback(store)  # referenced by the library: keep it
+        self._store = store
+        err = _capi.error_buffer()
+        backend = os.environ.get("DDP_BACKEND", "").encode()
+        handle = _capi.LIB.ddp_comm_create(backend, self._store_fn, None,
+                                            _store.host_of(store).encode(), rank, size,
+                                            _op_timeout(timeout), err, len(err))
+        if not handle:
+            _capi.raise_from(err, f"ddprun backend on rank {rank}: ")
+        self._comm = handle
+        self._pending = queue.SimpleQueue()
+        self._recent = collections.deque(maxlen=4096)  # Python Works torch may still wait on
+        self._completer = threading.Thread(target=self._complete, name="ddprun-completer",
+                                           daemon=True)
+        self._completer.start()
+
+    # --- what torch asks of every group ---------------------------------------------------------
+    def getBackendName(self):  # noqa: N802 -- torch's name
+        return "ddprun"
+
+    def name(self):
+        return "ddprun"
+
+    def size(self):
+        return self._size
+
+    def rank(self):
+        return self._rank
+
+    def transport(self):
+        """"gloo" or "fabric", and whether allreduce runs in two levels (topology)."""
+        return (_capi.LIB.ddp_comm_backend(self._comm).decode(),
+                bool(_capi.LIB.ddp_comm_hierarchical(self._comm)))
+
+    def shutdown(self):
+        if self._comm:
+            self._pending.put(None)
+            self._completer.join()
+            _capi.LIB.ddp_comm_destroy(self._comm)
+            self._comm = None
+
+    def abort(self):
+        self.shutdown()
+
+    # --- the engine -----------------------------------------------------------------------------
+    def _complete(self):
+        err = _capi.error_buffer()
+        while True:
+            item = self._pending.get()
+            if item is None:
+                return
+            handle, finish, future, _buffers = item
+            rc = _capi.LIB.ddp_work_wait(handle, err, len(err))
+            _capi.LIB.ddp_work_free(handle)
+            try:
+                if rc != 0:
+                    _capi.raise_from(err)
+                future.set_result(finish())
+            except BaseException as e:  # noqa: BLE001 -- the waiter gets it
+                future.set_exception(e)
+
+    def _launch(self, op_name, start, finish, buffers):
+        """start(err) returns a ddp_work handle or None; finish() runs once it succeeded. The
+        library reads and writes `buffers` until then: the queue holds them alive."""
+        if not self._comm:
+            raise RuntimeError(f"ddprun {op_name}: the process group was shut down")
+        err = _capi.error_buffer()
+        handle = start(err)
+        if not handle:
+            _capi.raise_from(err)
+        future = torch.futures.Future()
+        self._pending.put((handle, finish, future, buffers))
+        return self._keep(_work(future))
+
+    def _keep(self, work):
+        if isinstance(work, _Work):
+            self._recent.append(work)
+        return work
+
+    def _done(self, value):
+        future = torch.futures.Future()
+        future.set_result(value)
+        return self._keep(_work(future))
+
+    # --- collectives ----------------------------------------------------------------------------
+    def allreduce(self, tensors, opts=None):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        return self._allreduce(_single(tensors, "allreduce"), op, "allreduce", tensors)
+
+    def _allreduce(self, tensor, op, op_name, result):
+        dtype = _dtype_code(tensor, op_name)
+        code = _reduce_code(op, op_name)
+        if code == _PRODUCT:
+            return self._product(tensor, op_name, result)
+        work = tensor.contiguous()
+        n = work.numel()
+
+        def finish():
+            if work is not tensor:
+                tensor.copy_(work)
+            return result
+
+        return self._launch(op_name, lambda err: _capi.LIB.ddp_allreduce(
+            self._comm, work.data_ptr(), n, dtype, code, err, len(err)), finish, (work,))
+
+    def _product(self, tensor, op_name, result):
+        # No product reduction in the library: every rank gathers all inputs and multiplies them
+        # in rank order, so every rank gets the same bits.
+        dtype = _dtype_code(tensor, op_name)
+        source = tensor.contiguous()
+        gathered = torch.empty((self._size,) + tuple(tensor.shape), dtype=tensor.dtype)
+
+        def finish():
+            tensor.copy_(torch.prod(gathered, dim=0).to(tensor.dtype))
+            return result
+
+        return self._launch(op_name, lambda err: _capi.LIB.ddp_allgather(
+            self._comm, source.data_ptr(), gathered.data_ptr(), source.numel(), dtype, err,
+            len(err)), finish, (source, gathered))
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        if not tensors:
+            return self._done(tensors)
+        dtypes = {t.dtype for t in tensors}
+        if len(dtypes) != 1:
+            raise RuntimeError(f"ddprun allreduce_coalesced: tensors of one dtype, got {dtypes}")
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        inner = self._allreduce(flat, op, "allreduce_coalesced", flat)
+        return self._then(inner, lambda: self._scatter_back(flat, tensors))
+
+    def _scatter_back(self, flat, tensors):
+        offset = 0
+        for t in tensors:
+            t.copy_(flat[offset:offset + t.numel()].view_as(t))
+            offset += t.numel()
+        return tensors
+
+    def _then(self, work, fn):
+        # Runs in the completer thread right after the inner collective's own finish.
+        future = torch.futures.Future()
+
+        def chain(inner):
+            try:
+                inner.value()
+                future.set_result(fn())
+            except BaseException as e:  # noqa: BLE001
+                future.set_exception(e)
+
+        work.get_future().add_done_callback(chain)
+        return self._keep(_work(future))
+
+    def broadcast(self, tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        tensor = _single(tensors, "broadcast")
+        dtype = _dtype_code(tensor, "broadcast")
+        if not 0 <= root < self._size:
+            raise RuntimeError(f"ddprun broadcast: root {root} is not a rank of {self._size}")
+        work = tensor.contiguous()
+
+        def finish():
+            if work is not tensor:
+                tensor.copy_(work)
+            return tensors
+
+        return self._launch("broadcast", lambda err: _capi.LIB.ddp_broadcast(
+            self._comm, work.data_ptr(), work.numel(), dtype, root, err, len(err)), finish,
+            (work,))
+
+    def _allgather_flat(self, source, op_name, finish_with):
+        dtype = _dtype_code(source, op_name)
+        source = source.contiguous()
+        gathered = torch.empty(self._size * source.numel(), dtype=source.dtype)
+        return self._launch(op_name, lambda err: _capi.LIB.ddp_allgather(
+            self._comm, source.data_ptr(), gathered.data_ptr(), source.numel(), dtype, err,
+            len(err)), lambda: finish_with(gathered), (source, gathered))
+
+    def allgather(self, output_tensors, input_tensors, opts=None):  # noqa: ARG002
+        source = _single(input_tensors, "allgather")
+        outputs = _single(output_tensors, "allgather")
+        if len(outputs) != self._size:
+            raise RuntimeError(f"ddprun allgather: {len(outputs)} output tensors for "
+                               f"{self._size} ranks")
+
+        def finish(gathered):
+            n = source.numel()
+            for r, out in enumerate(outputs):
+                out.copy_(gathered[r * n:(r + 1) * n].view_as(out))
+            return output_tensors
+
+        return self._allgather_flat(source, "allgather", finish)
+
+    def _allgather_base(self, output, input, opts=None):  # noqa: A002,ARG002 -- torch's names
+        if output.numel() != self._size * input.numel():
+            raise RuntimeError(f"ddprun all_gather_into_tensor: output has {output.numel()} "
+                               f"elements, expected {self._size} x {input.numel()}")
+        if output.is_contiguous() and output.dtype == input.dtype:
+            dtype = _dtype_code(input, "all_gather_into_tensor")
+            source = input.contiguous()
+            return self._launch("all_gather_into_tensor", lambda err: _capi.LIB.ddp_allgather(
+                self._comm, source.data_ptr(), output.data_ptr(), source.numel(), dtype, err,
+                len(err)), lambda: output, (source, output))
+        return self._allgather_flat(input, "all_gather_into_tensor",
+                                    lambda g: output.copy_(g.view_as(output)))
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
+        return works[-1] if works else self._done(outputs)
+
+    def _reduce_scatter_flat(self, flat, output, op, op_name):
+        dtype = _dtype_code(flat, op_name)
+        code = _reduce_code(op, op_name)
+        if code == _PRODUCT:
+            _unsupported(f"{op_name} with PRODUCT", "use SUM, AVG, MIN or MAX")
+        out = output if output.is_contiguous() else torch.empty_like(output,
+                                                                     memory_format=torch.contiguous_format)
+
+        def finish():
+            if out is not output:
+                output.copy_(out)
+            return output
+
+        return self._launch(op_name, lambda err: _capi.LIB.ddp_reduce_scatter(
+            self._comm, flat.data_ptr(), out.data_ptr(), out.numel(), dtype, code, err, len(err)),
+            finish, (flat, out))
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        output = _single(output_tensors, "reduce_scatter")
+        inputs = _single(input_tensors, "reduce_scatter")
+        if len(inputs) != self._size:
+            raise RuntimeError(f"ddprun reduce_scatter: {len(inputs)} input tensors for "
+                               f"{self._size} ranks")
+        flat = torch.cat([t.reshape(-1) for t in inputs])
+        work = self._reduce_scatter_flat(flat, output, op, "reduce_scatter")
+        return self._then(work, lambda: output_tensors)
+
+    def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        if input.numel() != self._size * output.numel():
+            raise RuntimeError(f"ddprun reduce_scatter_tensor: input has {input.numel()} "
+                               f"elements, expected {self._size} x {output.numel()}")
+        return self._reduce_scatter_flat(input.contiguous().reshape(-1), output, op,
+                                         "reduce_scatter_tensor")
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)]
+        return works[-1] if works else self._done(outputs)
+
+    def barrier(self, opts=None):  # noqa: ARG002
+        return self._launch("barrier", lambda err: _capi.LIB.ddp_barrier(self._comm, err,
+                                                                          len(err)),
+                            lambda: None, ())
+
+    # --- built from the collectives above: correct, not bandwidth-optimal -----------------------
+    def reduce(self, tensors, opts=None):
+        tensor = _single(tensors, "reduce")
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        root = opts.rootRank if opts is not None else 0
+        scratch = tensor.clone()
+        inner = self._allreduce(scratch, op, "reduce", scratch)
+        return self._then(inner, lambda: tensor.copy_(scratch) if self._rank == root else tensor)
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        source = _single(input_tensors, "gather")
+        outputs = output_tensors[0] if self._rank == root else []
+
+        def finish(gathered):
+            n = source.numel()
+            for r, out in enumerate(outputs):
+                out.copy_(gathered[r * n:(r + 1) * n].view_as(out))
+            return output_tensors
+
+        return self._allgather_flat(source, "gather", finish)
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        output = _single(output_tensors, "scatter")
+        n = output.numel()
+        flat = torch.empty(self._size * n, dtype=output.dtype)
+        if self._rank == root:
+            flat.copy_(torch.cat([t.reshape(-1) for t in input_tensors[0]]))
+        inner = self.broadcast([flat], _root_opts(root))
+        return self._then(inner, lambda: output.copy_(
+            flat[self._rank * n:(self._rank + 1) * n].view_as(output)))
+
+    def send(self, tensors, dst, tag=0):  # noqa: ARG002
+        _unsupported("send", "point-to-point needs the gloo backend ('cpu:gloo')")
+
+    def recv(self, tensors, src, tag=0):  # noqa: ARG002
+        _unsupported("recv", "point-to-point needs the gloo backend ('cpu:gloo')")
+
+    def recv_anysource(self, tensors, tag=0):  # noqa: ARG002
+        _unsupported("recv", "point-to-point needs the gloo backend ('cpu:gloo')")
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):  # noqa: ARG002
+        _unsupported("all_to_all", "use the gloo backend ('cpu:gloo') for it")
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes,  # noqa: A002
+                      opts=None):  # noqa: ARG002
+        _unsupported("all_to_all_single", "use the gloo backend ('cpu:gloo') for it")
+
+
+def _root_opts(root):
+    opts = dist.BroadcastOptions()
+    opts.rootRank = root
+    return opts
+
+
+def create(store, rank, size, timeout):
+    """Backend.register_backend's creator: (store, rank, world_size, timeout)."""
+    return ProcessGroupDdprun(store, rank, size, timeout)

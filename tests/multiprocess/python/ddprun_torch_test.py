@@ -1,0 +1,101 @@
+"""The "ddprun" torch.distributed backend (lib/python/ddprun_torch) with PyTorch 2.6 workers.
+
+    ddprun_torch_test.py DDPRUN PYTHON_PACKAGE_DIR INTEROP_DIR [WORLDS]
+
+Runs conformance_worker.py under ddprun at each world size (default 1 2 3 4), its workers being
+the trixie root's torch 2.6 (tests/interop/torch2-python), and requires every rank to report its
+cases passed. Then trains ddp_worker.py at 2 ranks on gloo and on ddprun (plain, no_sync
+accumulation, the bf16 and fp16 compression hooks) and requires the same losses (1e-5) and
+accuracy. Each job has a hard bound and is killed by process group. Exits 77 (skip) without root
+or the root, saying why.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOB_SECONDS = 300
+DATASETS = "/usr/share/datasets"
+
+
+def run_job(ddprun, package_dir, interop_dir, world, script_args):
+    """Runs one job to its end or its bound; returns (exit code or None, output, seconds)."""
+    env = dict(os.environ)
+    env.update({
+        "PYTHON_EXEC": os.path.join(interop_dir, "torch2-python"),
+        "DDP_TORCH2_BIND": ":".join([HERE, interop_dir, package_dir, DATASETS]),
+        "PYTHONPATH": package_dir,
+        "GLOO_SOCKET_IFNAME": "lo",
+    })
+    argv = [ddprun, "--standalone", "--nproc-per-node", str(world),
+            os.path.join(HERE, script_args[0])] + script_args[1:]
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=JOB_SECONDS)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        out += f"\n(killed: still running after {JOB_SECONDS} s)"
+        code = None
+    return code, out, time.monotonic() - start
+
+
+def conformance(ddprun, package_dir, interop_dir, world):
+    code, out, seconds = run_job(ddprun, package_dir, interop_dir, world,
+                                 ["conformance_worker.py"])
+    reports = re.findall(r"CONFORMANCE rank=(\d+) passed=(\d+) failed=(\d+)", out)
+    ok = (code == 0 and len(reports) == world and
+          all(int(failed) == 0 and int(passed) > 0 for _, passed, failed in reports))
+    if not ok:
+        print(out)
+    cases = reports[0][1] if reports else "?"
+    print(f"{'ok  ' if ok else 'FAIL'} conformance world {world}: {cases} cases per rank, "
+          f"exit {code}, {seconds:.1f} s", flush=True)
+    return ok
+
+
+def training(ddprun, package_dir, interop_dir, mode):
+    """The same DDP training on gloo and on ddprun: losses within 1e-5, equal accuracy."""
+    runs = {}
+    for backend in ("gloo", "ddprun"):
+        code, out, seconds = run_job(ddprun, package_dir, interop_dir, 2,
+                                     ["ddp_worker.py", backend, mode])
+        if code != 0:
+            print(out)
+            print(f"FAIL ddp {mode} on {backend}: exit {code}", flush=True)
+            return False
+        losses = [float(x) for x in re.findall(r"STEP \d+ loss=([-0-9.e]+)", out)]
+        accuracy = re.findall(r"ACCURACY ([0-9.]+)", out)
+        runs[backend] = (losses, accuracy, seconds)
+    (gl, ga, gs), (dl, da, ds) = runs["gloo"], runs["ddprun"]
+    worst = max((abs(a - b) for a, b in zip(gl, dl)), default=float("inf"))
+    ok = len(gl) == len(dl) > 0 and worst <= 1e-5 and ga == da and len(ga) == 1
+    print(f"{'ok  ' if ok else 'FAIL'} ddp {mode}: {len(dl)} steps, largest loss difference "
+          f"{worst:.2e}, accuracy gloo {ga} ddprun {da} ({gs:.1f} s / {ds:.1f} s)", flush=True)
+    return ok
+
+
+def main():
+    ddprun, package_dir, interop_dir = sys.argv[1:4]
+    worlds = [int(w) for w in (sys.argv[4].split() if len(sys.argv) > 4 else ["1", "2", "3", "4"])]
+    if os.geteuid() != 0:
+        print("skip: needs root, PyTorch 2.6 runs in a chroot (tests/interop/torch2-python)")
+        return 77
+    if not os.path.exists("/var/cache/ddprun/torch2-trixie/.ddprun-torch2-ready") and \
+            not os.environ.get("DDP_TORCH2_ROOT"):
+        print("skip: no PyTorch 2.6 root; run tests/interop/prepare-torch2-root")
+        return 77
+    results = [conformance(ddprun, package_dir, interop_dir, w) for w in worlds]
+    results += [training(ddprun, package_dir, interop_dir, mode)
+                for mode in ("plain", "no_sync", "bf16_hook", "fp16_hook")]
+    return 0 if all(results) else 1
+
+
+sys.exit(main())
