@@ -5,6 +5,8 @@ doing what bench/pod_allreduce does, with the same output lines:
 Run by the script once per rank with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT; GLOO_SOCKET_IFNAME where the pod's interface is not the default route's).
     pod_allreduce_c10d.py SIZE_BYTES... [--iterations=N] [--min-seconds=S]
+DDP_BENCH_TORCH_BACKEND=ddprun measures the library's torch.distributed backend (ddprun_torch,
+found on PYTHONPATH) instead of gloo, through the same calls.
 """
 import os
 import sys
@@ -17,8 +19,11 @@ import torch.distributed as dist
 def tx_bytes(iface):
     if not iface:
         return 0
-    with open(f"/sys/class/net/{iface}/statistics/tx_bytes") as f:
-        return int(f.read())
+    try:
+        with open(f"/sys/class/net/{iface}/statistics/tx_bytes") as f:
+            return int(f.read())
+    except OSError:  # no sysfs (a chroot without it): the column says -1
+        return 0
 
 
 def main():
@@ -30,11 +35,16 @@ def main():
             min_seconds = float(arg.split("=", 1)[1])
         else:
             sizes.append(int(arg))
-    dist.init_process_group("gloo")
+    backend = os.environ.get("DDP_BENCH_TORCH_BACKEND", "gloo")
+    if backend == "ddprun":
+        import ddprun_torch  # noqa: F401 -- registers the backend
+    dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     link = os.environ.get("DDP_BENCH_LINK")
+    if link and not os.path.exists(f"/sys/class/net/{link}"):
+        link = None
     if rank == 0:
-        print(f"# c10d gloo (torch {torch.__version__}), {world} ranks", flush=True)
+        print(f"# c10d {backend} (torch {torch.__version__}), {world} ranks", flush=True)
     for size in sizes:
         data = torch.ones(size // 4, dtype=torch.float32)
         dist.all_reduce(data)

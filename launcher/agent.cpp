@@ -18,6 +18,7 @@
 #include "event_log.h"
 #include "failure_report.h"
 #include "heartbeat.h"
+#include "python_hook.h"
 #include "rendezvous.h"
 #include "store_rendezvous.h"
 #include "supervisor.h"
@@ -109,6 +110,9 @@ class Agent {
   // --event-log-handler: the rendezvous, and at the end each worker's and the agent's result.
   void record_rendezvous(const NodeAssignment& node, std::chrono::steady_clock::duration took);
   void record_end(const Supervisor& supervisor, int exit_code);
+  // --collectives ddprun: the hook, then ddprun_torch beside this ddprun, first on the workers'
+  // PYTHONPATH.
+  void install_collectives_hook();
 
   const LaunchConfig& config_;
   const HostFacts& host_;
@@ -142,6 +146,7 @@ Agent::Agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& en
   for (const auto& notice : config.notices) ddp::log::warn("{}", notice);
   ddp::log::info("{}", effective_.describe());
   log_root_ = make_log_root(config, temporary_logs_);
+  if (config.ddprun_collectives) install_collectives_hook();
   for (int lr = 0; lr < config.nproc_per_node; ++lr) {
     writes_log_files_ =
         writes_log_files_ || (config.redirects.for_rank(lr) | config.tee.for_rank(lr));
@@ -153,6 +158,19 @@ Agent::Agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& en
   events_ = std::make_unique<EventLog>(config.event_log,
                                        EventContext{config.run_id, config.role, host.fqdn(),
                                                     to_string(config.rdzv_backend), program_});
+}
+
+void Agent::install_collectives_hook() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const auto packages = ddprun_torch_dirs(ec ? std::string() : self.string());
+  effective_.python_path_prepend = {install_python_hook(log_root_)};
+  effective_.python_path_prepend.insert(effective_.python_path_prepend.end(), packages.begin(),
+                                        packages.end());
+  ddp::log::info(
+      "--collectives ddprun: Python workers' gloo CPU collectives take the library's 'ddprun' "
+      "backend (ddprun_torch from {})",
+      packages.empty() ? std::string("the workers' own PYTHONPATH") : packages.front());
 }
 
 void Agent::record_rendezvous(const NodeAssignment& node,

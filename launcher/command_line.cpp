@@ -108,6 +108,10 @@ const std::vector<FlagSpec>& flag_specs() {
       {"exit-barrier-timeout", "", true, "300",
        "Seconds a node whose workers finished waits for the other nodes before exiting; unset, "
        "rdzv-conf exit_barrier_timeout, then TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT"},
+      {"collectives", "", true, "torch",
+       "CPU collectives of Python workers: 'torch' (the script's backend) or 'ddprun' "
+       "(init_process_group's gloo, or no backend on CPU, becomes the library's 'ddprun' "
+       "backend, through a sitecustomize hook; DDP_TORCH_COLLECTIVES too)"},
       {"virtual-local-rank", "", false, "",
        "Every worker sees LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES holding only its own device"},
       {"duplicate-stdout-filters", "", true, "",

@@ -570,6 +570,13 @@ void resolve_output(const CommandLine& cli, const EnvMap& env, LaunchConfig& c) 
 
 // What each worker is told about its place on the node.
 void resolve_worker_view(const CommandLine& cli, const EnvMap& env, LaunchConfig& c) {
+  if (auto v = pick_or_variable(cli, env, "collectives", "DDP_TORCH_COLLECTIVES")) {
+    if (v->value != "torch" && v->value != "ddprun") {
+      throw ConfigError(v->source + "=" + v->value + ": 'torch' (the script's own backend) or " +
+                        "'ddprun' (gloo becomes the library's backend)");
+    }
+    c.ddprun_collectives = v->value == "ddprun";
+  }
   c.virtual_local_rank = pick_switch(cli, env, "virtual-local-rank");
   if (!c.virtual_local_rank) return;
   const auto devices = env_value(env, "CUDA_VISIBLE_DEVICES");

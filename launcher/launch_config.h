@@ -92,6 +92,12 @@ struct LaunchConfig {
   std::string signals_to_handle_text = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   // --virtual-local-rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES of one device per worker.
   bool virtual_local_rank = false;
+  // --collectives ddprun (PET_COLLECTIVES, DDP_TORCH_COLLECTIVES): Python workers' gloo CPU
+  // collectives take the library's "ddprun" backend (python_hook.h).
+  bool ddprun_collectives = false;
+  // Set by the agent when ddprun_collectives: the hook's folder and ddprun_torch's, first on
+  // the workers' PYTHONPATH.
+  std::vector<std::string> python_path_prepend;
   // --duplicate-std{out,err}-filters: tee'd lines holding any of these also go to
   // attempt_N/filtered_std{out,err}.log.
   std::vector<std::string> duplicate_stdout_filters;

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "python_hook.h"
+
 namespace ddprun {
 namespace {
 
@@ -44,6 +46,11 @@ EnvMap worker_environment(const EnvMap& agent_env, const LaunchConfig& config,
   env["TORCHELASTIC_ERROR_FILE"] = slot.error_file;
   // torchrun's agent exports its --signals-to-handle; workers inherit it.
   env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle_text;
+  if (!config.python_path_prepend.empty()) {
+    auto existing = agent_env.find("PYTHONPATH");
+    env["PYTHONPATH"] = prepend_python_path(
+        config.python_path_prepend, existing != agent_env.end() ? &existing->second : nullptr);
+  }
   if (config.virtual_local_rank) {
     env["LOCAL_RANK"] = "0";
     env["CUDA_VISIBLE_DEVICES"] = own_device(agent_env, slot.local_rank);

@@ -349,6 +349,17 @@ TEST(LaunchConfig, VirtualLocalRankNeedsADevicePerWorker) {
             std::string::npos);
 }
 
+TEST(LaunchConfig, CollectivesDdprunComesFromTheFlagPetOrDdpTorchCollectives) {
+  EXPECT_FALSE(resolve({"a"}).ddprun_collectives);
+  EXPECT_TRUE(resolve({"--collectives", "ddprun", "a"}).ddprun_collectives);
+  EXPECT_TRUE(resolve({"a"}, {{"PET_COLLECTIVES", "ddprun"}}).ddprun_collectives);
+  EXPECT_TRUE(resolve({"a"}, {{"DDP_TORCH_COLLECTIVES", "ddprun"}}).ddprun_collectives);
+  EXPECT_FALSE(resolve({"--collectives", "torch", "a"}, {{"DDP_TORCH_COLLECTIVES", "ddprun"}})
+                   .ddprun_collectives);
+  const std::string error = error_of({"--collectives", "nccl", "a"});
+  EXPECT_NE(error.find("--collectives=nccl: 'torch'"), std::string::npos) << error;
+}
+
 TEST(LaunchConfig, LogsSpecsOtherThanTheDefaultAreRefused) {
   const std::string error = error_of({"--logs-specs", "my_specs", "a"});
   EXPECT_NE(error.find("--logs-specs='my_specs'"), std::string::npos) << error;

@@ -23,6 +23,16 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
+TEST(WorkerEnvironment, TheCollectivesHookGoesFirstOnThePythonPath) {
+  LaunchConfig config;
+  NodeAssignment node{0, 0, 1, 0, 1};
+  EXPECT_EQ(worker_environment({}, config, node, {0, ""}, {"h", 1}).count("PYTHONPATH"), 0u);
+  config.python_path_prepend = {"/logs/python-hook", "/opt/ddprun/lib/python"};
+  EXPECT_EQ(worker_environment({{"PYTHONPATH", "/mine"}}, config, node, {0, ""}, {"h", 1})
+                .at("PYTHONPATH"),
+            "/logs/python-hook:/opt/ddprun/lib/python:/mine");
+}
+
 TEST(WorkerEnvironment, HasEveryTorchrunVariable) {
   LaunchConfig config;
   config.nproc_per_node = 2;

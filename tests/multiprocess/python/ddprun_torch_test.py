@@ -6,7 +6,7 @@ Runs conformance_worker.py under ddprun at each world size (default 1 2 3 4), it
 the trixie root's torch 2.6 (tests/interop/torch2-python), and requires every rank to report its
 cases passed. Then trains ddp_worker.py at 2 ranks on gloo and on ddprun (plain, no_sync
 accumulation, the bf16 and fp16 compression hooks) and requires the same losses (1e-5) and
-accuracy. Each job has a hard bound and is killed by process group. Exits 77 (skip) without root
+accuracy; and checks that --collectives ddprun gives an unchanged gloo script the "ddprun" backend. Each job has a hard bound and is killed by process group. Exits 77 (skip) without root
 or the root, saying why.
 """
 
@@ -22,16 +22,18 @@ JOB_SECONDS = 300
 DATASETS = "/usr/share/datasets"
 
 
-def run_job(ddprun, package_dir, interop_dir, world, script_args):
+def run_job(ddprun, package_dir, interop_dir, world, script_args, flags=(), python_path=True):
     """Runs one job to its end or its bound; returns (exit code or None, output, seconds)."""
     env = dict(os.environ)
     env.update({
         "PYTHON_EXEC": os.path.join(interop_dir, "torch2-python"),
         "DDP_TORCH2_BIND": ":".join([HERE, interop_dir, package_dir, DATASETS]),
-        "PYTHONPATH": package_dir,
         "GLOO_SOCKET_IFNAME": "lo",
     })
-    argv = [ddprun, "--standalone", "--nproc-per-node", str(world),
+    env.pop("PYTHONPATH", None)
+    if python_path:
+        env["PYTHONPATH"] = package_dir
+    argv = [ddprun, "--standalone", "--nproc-per-node", str(world), *flags,
             os.path.join(HERE, script_args[0])] + script_args[1:]
     start = time.monotonic()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -82,8 +84,26 @@ def training(ddprun, package_dir, interop_dir, mode):
     return ok
 
 
+def hook(ddprun, package_dir, interop_dir):
+    """An unchanged script that asks for gloo gets "ddprun" under --collectives ddprun (ddprun
+    finds ddprun_torch beside itself: no PYTHONPATH is given), and gloo without the flag."""
+    ok = True
+    for flags, want in (((), "gloo"), (("--collectives", "ddprun"), "ddprun")):
+        code, out, seconds = run_job(ddprun, package_dir, interop_dir, 2, ["hook_worker.py"],
+                                     flags, python_path=False)
+        got = re.findall(r"BACKEND (\S+) SUM (\d+)", out)
+        announced = "CPU collectives on the ddprun backend" in out
+        good = (code == 0 and got == [(want, "3")] * 2 and announced == (want == "ddprun"))
+        if not good:
+            print(out)
+        ok = ok and good
+        print(f"{'ok  ' if good else 'FAIL'} hook {' '.join(flags) or '(no flag)'}: backends "
+              f"{[g[0] for g in got]}, exit {code}, {seconds:.1f} s", flush=True)
+    return ok
+
+
 def main():
-    ddprun, package_dir, interop_dir = sys.argv[1:4]
+    ddprun, package_dir, interop_dir = (os.path.abspath(a) for a in sys.argv[1:4])
     worlds = [int(w) for w in (sys.argv[4].split() if len(sys.argv) > 4 else ["1", "2", "3", "4"])]
     if os.geteuid() != 0:
         print("skip: needs root, PyTorch 2.6 runs in a chroot (tests/interop/torch2-python)")
@@ -93,6 +113,7 @@ def main():
         print("skip: no PyTorch 2.6 root; run tests/interop/prepare-torch2-root")
         return 77
     results = [conformance(ddprun, package_dir, interop_dir, w) for w in worlds]
+    results.append(hook(ddprun, package_dir, interop_dir))
     results += [training(ddprun, package_dir, interop_dir, mode)
                 for mode in ("plain", "no_sync", "bf16_hook", "fp16_hook")]
     return 0 if all(results) else 1

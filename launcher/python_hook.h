@@ -1,0 +1,28 @@
+#pragma once
+// --collectives ddprun: unchanged Python scripts get the library's collectives. The agent writes
+// a sitecustomize.py into its log folder and puts that folder first on the workers' PYTHONPATH,
+// followed by where the ddprun_torch package sits beside this ddprun (build tree or install
+// prefix). The hook chains to any sitecustomize found after it, and, once a script imports
+// torch.distributed, makes init_process_group("gloo"), a "cpu:gloo" entry, or no backend at all
+// on a machine without CUDA, take the "ddprun" backend instead. Nothing else changes: NCCL and
+// other backends are left as asked.
+#include <string>
+#include <vector>
+
+namespace ddprun {
+
+// The sitecustomize.py text.
+const char* python_hook_source();
+
+// Writes <dir>/python-hook/sitecustomize.py; returns the folder to put on PYTHONPATH. Throws
+// ddp::ConfigError when it cannot be written.
+std::string install_python_hook(const std::string& dir);
+
+// The folders beside `ddprun_path` that hold the ddprun_torch package: <bin>/../lib/python (the
+// build tree) and <bin>/../lib/python3/dist-packages (an install prefix), those that exist.
+std::vector<std::string> ddprun_torch_dirs(const std::string& ddprun_path);
+
+// `first`, then the existing PYTHONPATH (when set and not empty), joined with ':'.
+std::string prepend_python_path(const std::vector<std::string>& first, const std::string* existing);
+
+}  // namespace ddprun
