@@ -6,10 +6,13 @@ where the caller's tensor was not contiguous, and completes the torch Future tha
 DDP's bucket hooks use. Nothing here holds the GIL while a collective runs.
 """
 
+import atexit
 import collections
 import os
 import queue
+import sys
 import threading
+import weakref
 from datetime import timedelta
 
 import torch
@@ -33,18 +36,12 @@ def _unsupported(name, instead):
     raise RuntimeError(f"the ddprun backend has no {name}; {instead}")
 
 
-try:
-    from torch._C._distributed_c10d import _create_work_from_future
-except ImportError:  # before torch 2.0
-    _create_work_from_future = None
-
-
 def _work(future):
-    """The Work torch gets for a collective: a C++ Work over the future where torch has one (it
-    lives as long as torch holds it); else the Python subclass below, kept referenced by the
-    group, since torch's C++ side cannot keep a Python Work alive before 2.x."""
-    if _create_work_from_future is not None:
-        return _create_work_from_future(future)
+    """The Work torch gets for a collective. torch's own future-wrapping Work (FutureWrappingWork)
+    is not used: its wait() returns True when the future failed, so a synchronous collective
+    would carry on with wrong data. Ours raises. Before torch keeps a Python Work alive itself
+    (PyWorkHolder), a Work handed to C++ callers (DDP's reducer) lives only as long as Python
+    holds it, so the group keeps its recent ones (ProcessGroupDdprun._keep)."""
     return _Work(future)
 
 
@@ -144,10 +141,13 @@ class ProcessGroupDdprun(dist.ProcessGroup):
             _capi.raise_from(err, f"ddprun backend on rank {rank}: ")
         self._comm = handle
         self._pending = queue.SimpleQueue()
-        self._recent = collections.deque(maxlen=4096)  # Python Works torch may still wait on
+        # The last Works handed out: C++ callers (DDP's reducer, module-state broadcasts) wait on
+        # theirs within an iteration, long before 4096 more collectives were issued.
+        self._recent = collections.deque(maxlen=4096)
         self._completer = threading.Thread(target=self._complete, name="ddprun-completer",
                                            daemon=True)
         self._completer.start()
+        _LIVE.add(self)
 
     # --- what torch asks of every group ---------------------------------------------------------
     def getBackendName(self):  # noqa: N802 -- torch's name
@@ -169,20 +169,26 @@ class ProcessGroupDdprun(dist.ProcessGroup):
 
     def shutdown(self):
         if self._comm:
-            self._pending.put(None)
-            self._completer.join()
+            self._stop_completer(None)
             _capi.LIB.ddp_comm_destroy(self._comm)
             self._comm = None
+            _LIVE.discard(self)
 
     def abort(self):
         self.shutdown()
 
     # --- the engine -----------------------------------------------------------------------------
+    def _stop_completer(self, timeout):
+        """Ends the completer after what is queued, waiting at most `timeout` s for it."""
+        if self._completer.is_alive():
+            self._pending.put(None)
+            self._completer.join(timeout)
+
     def _complete(self):
         err = _capi.error_buffer()
         while True:
             item = self._pending.get()
-            if item is None:
+            if item is None or sys.is_finalizing():
                 return
             handle, finish, future, _buffers = item
             rc = _capi.LIB.ddp_work_wait(handle, err, len(err))
@@ -208,8 +214,7 @@ class ProcessGroupDdprun(dist.ProcessGroup):
         return self._keep(_work(future))
 
     def _keep(self, work):
-        if isinstance(work, _Work):
-            self._recent.append(work)
+        self._recent.append(work)
         return work
 
     def _done(self, value):
@@ -435,6 +440,20 @@ class ProcessGroupDdprun(dist.ProcessGroup):
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes,  # noqa: A002
                       opts=None):  # noqa: ARG002
         _unsupported("all_to_all_single", "use the gloo backend ('cpu:gloo') for it")
+
+
+# Groups whose completer may still run. At exit, each completer is ended before the interpreter
+# finalizes: a daemon thread that completes a torch Future while Python finalizes is ended by
+# pthread_exit inside torch's C++ frames, and the process aborts ("terminate called without an
+# active exception"). A completer still waiting on a collective after 2 s is left to the C wait,
+# which holds no torch frame.
+_LIVE = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_completers():
+    for group in list(_LIVE):
+        group._stop_completer(2.0)
 
 
 def _root_opts(root):

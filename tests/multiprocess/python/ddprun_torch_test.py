@@ -6,13 +6,15 @@ Runs conformance_worker.py under ddprun at each world size (default 1 2 3 4), it
 the trixie root's torch 2.6 (tests/interop/torch2-python), and requires every rank to report its
 cases passed. Then trains ddp_worker.py at 2 ranks on gloo and on ddprun (plain, no_sync
 accumulation, the bf16 and fp16 compression hooks) and requires the same losses (1e-5) and
-accuracy; and checks that --collectives ddprun gives an unchanged gloo script the "ddprun" backend. Each job has a hard bound and is killed by process group. Exits 77 (skip) without root
+accuracy; checks that --collectives ddprun gives an unchanged gloo script the "ddprun" backend;
+and that a rank SIGKILLed mid-allreduce makes the others raise within the op timeout. Each job has a hard bound and is killed by process group. Exits 77 (skip) without root
 or the root, saying why.
 """
 
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -84,6 +86,50 @@ def training(ddprun, package_dir, interop_dir, mode):
     return ok
 
 
+def killed_rank(package_dir, interop_dir, world=3, timeout_s=10):
+    """A rank SIGKILLed mid-allreduce: every survivor raises within the op timeout."""
+    env = dict(os.environ)
+    port = free_port()
+    env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
+                "PYTHONPATH": package_dir, "DDP_TIMEOUT_SEC": str(timeout_s),
+                "DDP_TORCH2_BIND": ":".join([HERE, interop_dir, package_dir])})
+    procs = []
+    for r in range(world):
+        env_r = dict(env, RANK=str(r), LOCAL_RANK=str(r))
+        procs.append(subprocess.Popen(
+            [os.path.join(interop_dir, "torch2-python"), os.path.join(HERE, "failure_worker.py")],
+            env=env_r, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True))
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=timeout_s + 60)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                try:
+                    os.killpg(q.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            outs.append(p.communicate()[0] + "\n(killed at the deadline)")
+    raised = [re.search(r"RAISED ([0-9.]+) (.*)", o) for o in outs[:-1]]
+    ok = (all(m and float(m.group(1)) <= timeout_s for m in raised) and
+          procs[-1].returncode == -signal.SIGKILL and
+          all(p.returncode == 0 for p in procs[:-1]))
+    if not ok:
+        print("\n".join(outs))
+    times = [m.group(1) + " s" for m in raised if m]
+    print(f"{'ok  ' if ok else 'FAIL'} killed rank: survivors raised after {times} "
+          f"(op timeout {timeout_s} s) and exited {[p.returncode for p in procs[:-1]]}: "
+          f"{raised[0].group(2) if raised[0] else '-'}", flush=True)
+    return ok
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def hook(ddprun, package_dir, interop_dir):
     """An unchanged script that asks for gloo gets "ddprun" under --collectives ddprun (ddprun
     finds ddprun_torch beside itself: no PYTHONPATH is given), and gloo without the flag."""
@@ -114,6 +160,8 @@ def main():
         return 77
     results = [conformance(ddprun, package_dir, interop_dir, w) for w in worlds]
     results.append(hook(ddprun, package_dir, interop_dir))
+    # Five times: an exit while the completer thread finished a future once aborted 1 run in 10.
+    results += [killed_rank(package_dir, interop_dir) for _ in range(5)]
     results += [training(ddprun, package_dir, interop_dir, mode)
                 for mode in ("plain", "no_sync", "bf16_hook", "fp16_hook")]
     return 0 if all(results) else 1
