@@ -110,9 +110,9 @@ class Agent {
   // --event-log-handler: the rendezvous, and at the end each worker's and the agent's result.
   void record_rendezvous(const NodeAssignment& node, std::chrono::steady_clock::duration took);
   void record_end(const Supervisor& supervisor, int exit_code);
-  // --collectives ddprun: the hook, then ddprun_torch beside this ddprun, first on the workers'
-  // PYTHONPATH.
-  void install_collectives_hook();
+  // ddprun_torch beside this ddprun on the workers' PYTHONPATH: last, or, with --collectives
+  // ddprun, first after the hook's folder.
+  void install_python_path();
 
   const LaunchConfig& config_;
   const HostFacts& host_;
@@ -146,7 +146,7 @@ Agent::Agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& en
   for (const auto& notice : config.notices) ddp::log::warn("{}", notice);
   ddp::log::info("{}", effective_.describe());
   log_root_ = make_log_root(config, temporary_logs_);
-  if (config.ddprun_collectives) install_collectives_hook();
+  install_python_path();
   for (int lr = 0; lr < config.nproc_per_node; ++lr) {
     writes_log_files_ =
         writes_log_files_ || (config.redirects.for_rank(lr) | config.tee.for_rank(lr));
@@ -160,10 +160,14 @@ Agent::Agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& en
                                                     to_string(config.rdzv_backend), program_});
 }
 
-void Agent::install_collectives_hook() {
+void Agent::install_python_path() {
   std::error_code ec;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   const auto packages = ddprun_torch_dirs(ec ? std::string() : self.string());
+  if (!config_.ddprun_collectives) {
+    effective_.python_path_append = packages;
+    return;
+  }
   effective_.python_path_prepend = {install_python_hook(log_root_)};
   effective_.python_path_prepend.insert(effective_.python_path_prepend.end(), packages.begin(),
                                         packages.end());

@@ -95,9 +95,10 @@ struct LaunchConfig {
   // --collectives ddprun (PET_COLLECTIVES, DDP_TORCH_COLLECTIVES): Python workers' gloo CPU
   // collectives take the library's "ddprun" backend (python_hook.h).
   bool ddprun_collectives = false;
-  // Set by the agent when ddprun_collectives: the hook's folder and ddprun_torch's, first on
-  // the workers' PYTHONPATH.
+  // Set by the agent: with ddprun_collectives, the hook's folder and ddprun_torch's, first on
+  // the workers' PYTHONPATH; without, ddprun_torch's folder beside ddprun, last.
   std::vector<std::string> python_path_prepend;
+  std::vector<std::string> python_path_append;
   // --duplicate-std{out,err}-filters: tee'd lines holding any of these also go to
   // attempt_N/filtered_std{out,err}.log.
   std::vector<std::string> duplicate_stdout_filters;

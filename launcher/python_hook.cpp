@@ -139,11 +139,13 @@ std::vector<std::string> ddprun_torch_dirs(const std::string& ddprun_path) {
   return dirs;
 }
 
-std::string prepend_python_path(const std::vector<std::string>& first,
-                                const std::string* existing) {
+std::string python_path(const std::vector<std::string>& first, const std::string* existing,
+                        const std::vector<std::string>& last) {
   std::string joined;
-  for (const auto& dir : first) joined += (joined.empty() ? "" : ":") + dir;
-  if (existing != nullptr && !existing->empty()) joined += (joined.empty() ? "" : ":") + *existing;
+  auto add = [&joined](const std::string& dir) { joined += (joined.empty() ? "" : ":") + dir; };
+  for (const auto& dir : first) add(dir);
+  if (existing != nullptr && !existing->empty()) add(*existing);
+  for (const auto& dir : last) add(dir);
   return joined;
 }
 

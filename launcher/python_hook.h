@@ -5,7 +5,8 @@
 // prefix). The hook chains to any sitecustomize found after it, and, once a script imports
 // torch.distributed, makes init_process_group("gloo"), a "cpu:gloo" entry, or no backend at all
 // on a machine without CUDA, take the "ddprun" backend instead. Nothing else changes: NCCL and
-// other backends are left as asked.
+// other backends are left as asked. Without the flag, ddprun_torch's folder beside ddprun goes
+// last on PYTHONPATH, so that a script that imports it finds it.
 #include <string>
 #include <vector>
 
@@ -22,7 +23,8 @@ std::string install_python_hook(const std::string& dir);
 // build tree) and <bin>/../lib/python3/dist-packages (an install prefix), those that exist.
 std::vector<std::string> ddprun_torch_dirs(const std::string& ddprun_path);
 
-// `first`, then the existing PYTHONPATH (when set and not empty), joined with ':'.
-std::string prepend_python_path(const std::vector<std::string>& first, const std::string* existing);
+// `first`, the existing PYTHONPATH (when set and not empty), then `last`, joined with ':'.
+std::string python_path(const std::vector<std::string>& first, const std::string* existing,
+                        const std::vector<std::string>& last = {});
 
 }  // namespace ddprun

@@ -46,10 +46,11 @@ EnvMap worker_environment(const EnvMap& agent_env, const LaunchConfig& config,
   env["TORCHELASTIC_ERROR_FILE"] = slot.error_file;
   // torchrun's agent exports its --signals-to-handle; workers inherit it.
   env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle_text;
-  if (!config.python_path_prepend.empty()) {
+  if (!config.python_path_prepend.empty() || !config.python_path_append.empty()) {
     auto existing = agent_env.find("PYTHONPATH");
-    env["PYTHONPATH"] = prepend_python_path(
-        config.python_path_prepend, existing != agent_env.end() ? &existing->second : nullptr);
+    env["PYTHONPATH"] = python_path(config.python_path_prepend,
+                                    existing != agent_env.end() ? &existing->second : nullptr,
+                                    config.python_path_append);
   }
   if (config.virtual_local_rank) {
     env["LOCAL_RANK"] = "0";

@@ -38,9 +38,11 @@ std::string run(const std::string& command) {
 TEST(PythonHook, ThePythonPathPutsTheHookFirstAndKeepsTheAgents) {
   const std::string existing = "/opt/mine";
   const std::string empty;
-  EXPECT_EQ(prepend_python_path({"/h", "/p"}, &existing), "/h:/p:/opt/mine");
-  EXPECT_EQ(prepend_python_path({"/h"}, nullptr), "/h");
-  EXPECT_EQ(prepend_python_path({"/h"}, &empty), "/h");
+  EXPECT_EQ(python_path({"/h", "/p"}, &existing), "/h:/p:/opt/mine");
+  EXPECT_EQ(python_path({"/h"}, nullptr), "/h");
+  EXPECT_EQ(python_path({"/h"}, &empty), "/h");
+  EXPECT_EQ(python_path({}, &existing, {"/p"}), "/opt/mine:/p");
+  EXPECT_EQ(python_path({}, nullptr, {"/p"}), "/p");
 }
 
 TEST(PythonHook, ThePackageIsFoundBesideDdprunInABuildTreeAndAnInstallPrefix) {

@@ -31,6 +31,11 @@ TEST(WorkerEnvironment, TheCollectivesHookGoesFirstOnThePythonPath) {
   EXPECT_EQ(worker_environment({{"PYTHONPATH", "/mine"}}, config, node, {0, ""}, {"h", 1})
                 .at("PYTHONPATH"),
             "/logs/python-hook:/opt/ddprun/lib/python:/mine");
+  config.python_path_prepend.clear();
+  config.python_path_append = {"/opt/ddprun/lib/python"};
+  EXPECT_EQ(worker_environment({{"PYTHONPATH", "/mine"}}, config, node, {0, ""}, {"h", 1})
+                .at("PYTHONPATH"),
+            "/mine:/opt/ddprun/lib/python");
 }
 
 TEST(WorkerEnvironment, HasEveryTorchrunVariable) {

@@ -13,10 +13,12 @@ or the root, saying why.
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -148,6 +150,42 @@ def hook(ddprun, package_dir, interop_dir):
     return ok
 
 
+def copied_recipe(ddprun, package_dir, interop_dir):
+    """k8s/README.md's recipe for a user's own image: ddprun and ddprun_torch copied into
+    /usr/local of a PyTorch 2.6 system (here a folder bound into the trixie root), ddprun running
+    inside it with that root's python3. A script that imports ddprun_torch finds it with no
+    PYTHONPATH, and --collectives ddprun turns an unchanged gloo script to "ddprun"."""
+    stage = tempfile.mkdtemp(prefix="ddprun-recipe-", dir="/tmp")
+    try:
+        prefix = os.path.join(stage, "usr", "local")
+        os.makedirs(os.path.join(prefix, "bin"))
+        shutil.copy2(ddprun, os.path.join(prefix, "bin", "ddprun"))
+        shutil.copytree(os.path.join(package_dir, "ddprun_torch"),
+                        os.path.join(prefix, "lib", "python3", "dist-packages", "ddprun_torch"))
+        ok = True
+        for args in (["hook_worker.py", "ddprun"], ["--collectives", "ddprun", "hook_worker.py"]):
+            env = dict(os.environ, DDP_TORCH2_EXEC=os.path.join(prefix, "bin", "ddprun"),
+                       DDP_TORCH2_BIND=":".join([HERE, interop_dir]), GLOO_SOCKET_IFNAME="lo")
+            env.pop("PYTHONPATH", None)
+            env.pop("PYTHON_EXEC", None)
+            script = args.index("hook_worker.py")
+            argv = ([os.path.join(interop_dir, "torch2-python"), "--standalone",
+                     "--nproc-per-node", "2"] + args[:script] +
+                    [os.path.join(HERE, "hook_worker.py")] + args[script + 1:])
+            proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, timeout=JOB_SECONDS)
+            got = re.findall(r"BACKEND (\S+) SUM (\d+)", proc.stdout)
+            good = proc.returncode == 0 and got == [("ddprun", "3")] * 2
+            if not good:
+                print(proc.stdout)
+            ok = ok and good
+            print(f"{'ok  ' if good else 'FAIL'} copied recipe, {' '.join(args)}: backends "
+                  f"{[g[0] for g in got]}, exit {proc.returncode}", flush=True)
+        return ok
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
 def main():
     ddprun, package_dir, interop_dir = (os.path.abspath(a) for a in sys.argv[1:4])
     worlds = [int(w) for w in (sys.argv[4].split() if len(sys.argv) > 4 else ["1", "2", "3", "4"])]
@@ -160,6 +198,7 @@ def main():
         return 77
     results = [conformance(ddprun, package_dir, interop_dir, w) for w in worlds]
     results.append(hook(ddprun, package_dir, interop_dir))
+    results.append(copied_recipe(ddprun, package_dir, interop_dir))
     # Five times: an exit while the completer thread finished a future once aborted 1 run in 10.
     results += [killed_rank(package_dir, interop_dir) for _ in range(5)]
     results += [training(ddprun, package_dir, interop_dir, mode)
