@@ -36,23 +36,66 @@ def _unsupported(name, instead):
     raise RuntimeError(f"the ddprun backend has no {name}; {instead}")
 
 
-def _work(future):
+class _Op:
+    """One collective in flight, completed once: by the completer thread, or by the first thread
+    that waits on it, whichever comes first. A synchronous collective therefore completes in its
+    caller's thread, with no handoff to the completer and back. The library reads and writes
+    `buffers` until then: the op holds them alive."""
+
+    __slots__ = ("handle", "finish", "future", "buffers", "lock", "done", "waited")
+
+    def __init__(self, handle, finish, future, buffers):
+        self.handle, self.finish, self.future, self.buffers = handle, finish, future, buffers
+        self.lock = threading.RLock()  # a future's callbacks may wait on their own op
+        self.done = False
+        self.waited = False  # a thread waits on it: that thread completes it
+
+    def __del__(self):
+        if _capi is not None and self.handle:  # freed last: both threads may wait on it
+            _capi.LIB.ddp_work_free(self.handle)
+
+    def wait_in_library(self):
+        """Blocks until the library finished the op; completes nothing, holds no lock."""
+        _capi.LIB.ddp_work_wait(self.handle, None, 0)
+
+    def complete(self):
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
+            err = _capi.error_buffer()
+            rc = _capi.LIB.ddp_work_wait(self.handle, err, len(err))
+            try:
+                if rc != 0:
+                    _capi.raise_from(err)
+                self.future.set_result(self.finish())
+            except BaseException as e:  # noqa: BLE001 -- the waiter gets it
+                self.future.set_exception(e)
+            finally:
+                self.buffers = self.finish = None
+
+
+def _work(future, op=None):
     """The Work torch gets for a collective. torch's own future-wrapping Work (FutureWrappingWork)
     is not used: its wait() returns True when the future failed, so a synchronous collective
     would carry on with wrong data. Ours raises. Before torch keeps a Python Work alive itself
     (PyWorkHolder), a Work handed to C++ callers (DDP's reducer) lives only as long as Python
     holds it, so the group keeps its recent ones (ProcessGroupDdprun._keep)."""
-    return _Work(future)
+    return _Work(future, op)
 
 
 class _Work(dist._Work):
-    """A collective in flight: wait() blocks until the completer finished it."""
+    """A collective in flight: wait() completes it (or waits for the completer that does)."""
 
-    def __init__(self, future):
+    def __init__(self, future, op=None):
         super().__init__()
         self._future = future
+        self._op = op
 
     def wait(self, timeout=None):  # noqa: ARG002 -- the op has its own timeout
+        if self._op is not None:
+            self._op.waited = True
+            self._op.complete()
         self._future.wait()  # raises the collective's error
         return True
 
@@ -185,33 +228,30 @@ class ProcessGroupDdprun(dist.ProcessGroup):
             self._completer.join(timeout)
 
     def _complete(self):
-        err = _capi.error_buffer()
         while True:
-            item = self._pending.get()
-            if item is None or sys.is_finalizing():
+            op = self._pending.get()
+            if op is None or sys.is_finalizing():
                 return
-            handle, finish, future, _buffers = item
-            rc = _capi.LIB.ddp_work_wait(handle, err, len(err))
-            _capi.LIB.ddp_work_free(handle)
-            try:
-                if rc != 0:
-                    _capi.raise_from(err)
-                future.set_result(finish())
-            except BaseException as e:  # noqa: BLE001 -- the waiter gets it
-                future.set_exception(e)
+            # Without the op's lock, so that a thread that waits on it meanwhile completes it
+            # itself as soon as the library is done, rather than after this thread wakes.
+            op.wait_in_library()
+            if sys.is_finalizing():
+                return
+            if not op.waited:
+                op.complete()
 
     def _launch(self, op_name, start, finish, buffers):
         """start(err) returns a ddp_work handle or None; finish() runs once it succeeded. The
-        library reads and writes `buffers` until then: the queue holds them alive."""
+        library reads and writes `buffers` until then (the _Op holds them)."""
         if not self._comm:
             raise RuntimeError(f"ddprun {op_name}: the process group was shut down")
         err = _capi.error_buffer()
         handle = start(err)
         if not handle:
             _capi.raise_from(err)
-        future = torch.futures.Future()
-        self._pending.put((handle, finish, future, buffers))
-        return self._keep(_work(future))
+        op = _Op(handle, finish, torch.futures.Future(), buffers)
+        self._pending.put(op)
+        return self._keep(_work(op.future, op))
 
     def _keep(self, work):
         self._recent.append(work)
@@ -288,7 +328,7 @@ class ProcessGroupDdprun(dist.ProcessGroup):
                 future.set_exception(e)
 
         work.get_future().add_done_callback(chain)
-        return self._keep(_work(future))
+        return self._keep(_work(future, work._op))
 
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
