@@ -570,7 +570,7 @@ void resolve_output(const CommandLine& cli, const EnvMap& env, LaunchConfig& c) 
 
 // What each worker is told about its place on the node.
 void resolve_worker_view(const CommandLine& cli, const EnvMap& env, LaunchConfig& c) {
-  if (auto v = pick_or_variable(cli, env, "collectives", "DDP_TORCH_COLLECTIVES")) {
+  if (auto v = pick_or_variable(cli, env, "collectives", ddp::settings::kTorchCollectives.name)) {
     if (v->value != "torch" && v->value != "ddprun") {
       throw ConfigError(v->source + "=" + v->value + ": 'torch' (the script's own backend) or " +
                         "'ddprun' (gloo becomes the library's backend)");

@@ -95,6 +95,7 @@ const std::vector<const Setting*>& all() {
                                                     &kStragglerPercent,
                                                     &kTraceDir,
                                                     &kNnodes,
+                                                    &kTorchCollectives,
                                                     &kDoctorShmBytes,
                                                     &kDoctorTransferMs,
                                                     &kDoctorMinMbps,

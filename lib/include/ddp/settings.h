@@ -347,6 +347,19 @@ inline constexpr Setting kNnodes{
     "The node count, N or MIN:MAX, where neither --nnodes nor PET_NNODES gives it (e.g. an "
     "Indexed Job's manifest)."};
 
+inline constexpr Setting kTorchCollectives{
+    "DDP_TORCH_COLLECTIVES",
+    Type::kChoice,
+    "torch (--collectives, PET_COLLECTIVES)",
+    0,
+    0,
+    "torch|ddprun",
+    "",
+    "ddprun",
+    "ddprun: Python workers' init_process_group(\"gloo\"), or no backend on CPU, takes the "
+    "library's \"ddprun\" backend (lib/python/README.md), where neither --collectives nor "
+    "PET_COLLECTIVES says."};
+
 inline constexpr Setting kDoctorShmBytes{
     "DDP_DOCTOR_SHM_BYTES",
     Type::kBytes,
