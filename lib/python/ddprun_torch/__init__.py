@@ -8,9 +8,15 @@ allreduce, gloo TCP or libfabric/EFA by DDP_BACKEND), reached through ctypes: no
 compiled against torch, so one copy serves every PyTorch 2.x. See README.md next to this file.
 """
 
+import torch
 import torch.distributed as dist
 
 from ._capi import DdprunError
+
+if int(torch.__version__.split(".")[0]) < 2:
+    raise ImportError(f"ddprun_torch needs PyTorch 2.x; this is {torch.__version__}, whose c10d "
+                      f"Store lacks multi_get and whose ProcessGroup cannot keep a Python Work "
+                      f"alive; use gloo with it")
 from ._process_group import ProcessGroupDdprun, create
 
 __all__ = ["BACKEND", "DdprunError", "ProcessGroupDdprun"]
@@ -21,10 +27,7 @@ BACKEND = "ddprun"
 def _register():
     if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
         return
-    try:
-        dist.Backend.register_backend(BACKEND, create, devices=["cpu"])
-    except TypeError:  # torch 1.13: no devices argument
-        dist.Backend.register_backend(BACKEND, create)
+    dist.Backend.register_backend(BACKEND, create, devices=["cpu"])
 
 
 _register()

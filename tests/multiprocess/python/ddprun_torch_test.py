@@ -186,6 +186,19 @@ def copied_recipe(ddprun, package_dir, interop_dir):
         shutil.rmtree(stage, ignore_errors=True)
 
 
+def refuses_torch_1(package_dir):
+    """Debian's torch 1.13 (this machine's /usr/bin/python3): the import fails with one line."""
+    if subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode:
+        print("skip torch 1.13 refusal: /usr/bin/python3 has no torch (python3-torch)")
+        return True
+    proc = subprocess.run(["/usr/bin/python3", "-c", "import ddprun_torch"], capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=package_dir), timeout=120)
+    ok = proc.returncode != 0 and "ddprun_torch needs PyTorch 2.x; this is 1." in proc.stderr
+    print(f"{'ok  ' if ok else 'FAIL'} torch 1.13 refused: {proc.stderr.strip().splitlines()[-1]}",
+          flush=True)
+    return ok
+
+
 def main():
     ddprun, package_dir, interop_dir = (os.path.abspath(a) for a in sys.argv[1:4])
     worlds = [int(w) for w in (sys.argv[4].split() if len(sys.argv) > 4 else ["1", "2", "3", "4"])]
@@ -197,6 +210,7 @@ def main():
         print("skip: no PyTorch 2.6 root; run tests/interop/prepare-torch2-root")
         return 77
     results = [conformance(ddprun, package_dir, interop_dir, w) for w in worlds]
+    results.append(refuses_torch_1(package_dir))
     results.append(hook(ddprun, package_dir, interop_dir))
     results.append(copied_recipe(ddprun, package_dir, interop_dir))
     # Five times: an exit while the completer thread finished a future once aborted 1 run in 10.
