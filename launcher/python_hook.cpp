@@ -7,8 +7,12 @@
 
 namespace ddprun {
 
-const char* python_hook_source() {
-  return R"PY(# Written by ddprun for --collectives ddprun (launcher/python_hook.h): a script's gloo CPU
+namespace {
+
+// The sitecustomize.py the agent writes (python_hook.h): data, kept here so that ddprun stays one
+// self-contained binary.
+constexpr const char kHookSource[] =
+    R"PY(# Written by ddprun for --collectives ddprun (launcher/python_hook.h): a script's gloo CPU
 # collectives run on the library's "ddprun" backend. Chains to the next sitecustomize on sys.path.
 import functools
 import importlib
@@ -110,7 +114,10 @@ if _TARGET in sys.modules:
 else:
     sys.meta_path.insert(0, _Finder())
 )PY";
-}
+
+}  // namespace
+
+const char* python_hook_source() { return kHookSource; }
 
 std::string install_python_hook(const std::string& dir) {
   const std::string hook_dir = dir + "/python-hook";
