@@ -4,7 +4,7 @@
 
 Runs conformance_worker.py under ddprun at each world size (default 1 2 3 4), its workers being
 the trixie root's torch 2.6 (tests/interop/torch2-python), and requires every rank to report its
-cases passed. Then trains ddp_worker.py at 2 ranks on gloo and on ddprun (plain, no_sync
+cases passed; over libfabric at 2 and 3; and at 2 pods x 2 ranks (hierarchical collectives). Then trains ddp_worker.py at 2 ranks on gloo and on ddprun (plain, no_sync
 accumulation, the bf16 and fp16 compression hooks) and requires the same losses (1e-5) and
 accuracy; checks that --collectives ddprun gives an unchanged gloo script the "ddprun" backend;
 and that a rank SIGKILLed mid-allreduce makes the others raise within the op timeout. Each job has a hard bound and is killed by process group. Exits 77 (skip) without root
@@ -26,9 +26,10 @@ JOB_SECONDS = 300
 DATASETS = "/usr/share/datasets"
 
 
-def run_job(ddprun, package_dir, interop_dir, world, script_args, flags=(), python_path=True):
+def run_job(ddprun, package_dir, interop_dir, world, script_args, flags=(), python_path=True,
+            extra_env=None):
     """Runs one job to its end or its bound; returns (exit code or None, output, seconds)."""
-    env = dict(os.environ)
+    env = dict(os.environ, **(extra_env or {}))
     env.update({
         "PYTHON_EXEC": os.path.join(interop_dir, "torch2-python"),
         "DDP_TORCH2_BIND": ":".join([HERE, interop_dir, package_dir, DATASETS]),
@@ -53,17 +54,62 @@ def run_job(ddprun, package_dir, interop_dir, world, script_args, flags=(), pyth
     return code, out, time.monotonic() - start
 
 
-def conformance(ddprun, package_dir, interop_dir, world):
+def conformance(ddprun, package_dir, interop_dir, world, backend="gloo"):
     code, out, seconds = run_job(ddprun, package_dir, interop_dir, world,
-                                 ["conformance_worker.py"])
+                                 ["conformance_worker.py"], extra_env={"DDP_BACKEND": backend})
     reports = re.findall(r"CONFORMANCE rank=(\d+) passed=(\d+) failed=(\d+)", out)
     ok = (code == 0 and len(reports) == world and
           all(int(failed) == 0 and int(passed) > 0 for _, passed, failed in reports))
     if not ok:
         print(out)
     cases = reports[0][1] if reports else "?"
-    print(f"{'ok  ' if ok else 'FAIL'} conformance world {world}: {cases} cases per rank, "
+    transports = set(re.findall(r"transport=(\w+)", out))
+    ok = ok and transports == {backend}
+    print(f"{'ok  ' if ok else 'FAIL'} conformance world {world} over {transports}: {cases} "
+          f"cases per rank, "
           f"exit {code}, {seconds:.1f} s", flush=True)
+    return ok
+
+
+def two_pods(ddprun, package_dir, interop_dir):
+    """Conformance at 2 pods x 2 ranks: each agent in a UTS and IPC namespace of its own (its own
+    hostname), as a Kubernetes pod is, on loopback. The library then sees two nodes and runs its
+    hierarchical collectives, which must agree with gloo as the flat ones do."""
+    env = dict(os.environ, PYTHON_EXEC=os.path.join(interop_dir, "torch2-python"),
+               DDP_TORCH2_BIND=":".join([HERE, interop_dir, package_dir]), PYTHONPATH=package_dir,
+               GLOO_SOCKET_IFNAME="lo")
+    port = free_port()
+    agents = []
+    for node in range(2):
+        argv = ["unshare", "--uts", "--ipc", "sh", "-c", f'hostname ddprun-pod{node} && exec "$@"',
+                "sh", ddprun, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2",
+                "--master-addr", "127.0.0.1", "--master-port", str(port),
+                os.path.join(HERE, "conformance_worker.py")]
+        agents.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True,
+                                       start_new_session=True))
+    outs, codes = [], []
+    for a in agents:
+        try:
+            outs.append(a.communicate(timeout=JOB_SECONDS)[0])
+            codes.append(a.returncode)
+        except subprocess.TimeoutExpired:
+            for b in agents:
+                try:
+                    os.killpg(b.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            outs.append(a.communicate()[0] + "\n(killed at the deadline)")
+            codes.append(None)
+    out = "\n".join(outs)
+    reports = re.findall(r"CONFORMANCE rank=(\d+) passed=(\d+) failed=(\d+)", out)
+    hierarchical = re.findall(r"hierarchical=(True|False)", out)
+    ok = (codes == [0, 0] and len(reports) == 4 and all(f == "0" for _, _, f in reports) and
+          hierarchical == ["True"] * 4)
+    if not ok:
+        print(out)
+    print(f"{'ok  ' if ok else 'FAIL'} conformance 2 pods x 2 ranks: hierarchical {hierarchical}, "
+          f"{reports[0][1] if reports else '?'} cases per rank, exits {codes}", flush=True)
     return ok
 
 
@@ -210,6 +256,9 @@ def main():
         print("skip: no PyTorch 2.6 root; run tests/interop/prepare-torch2-root")
         return 77
     results = [conformance(ddprun, package_dir, interop_dir, w) for w in worlds]
+    # The libfabric transport (shm on one node), with the root's own libfabric.
+    results += [conformance(ddprun, package_dir, interop_dir, w, "fabric") for w in (2, 3)]
+    results.append(two_pods(ddprun, package_dir, interop_dir))
     results.append(refuses_torch_1(package_dir))
     results.append(hook(ddprun, package_dir, interop_dir))
     results.append(copied_recipe(ddprun, package_dir, interop_dir))
