@@ -90,12 +90,12 @@ class _Work(dist._Work):
     def __init__(self, future, op=None):
         super().__init__()
         self._future = future
-        self._op = op
+        self._ops = op if isinstance(op, list) else [op] if op is not None else []
 
     def wait(self, timeout=None):  # noqa: ARG002 -- the op has its own timeout
-        if self._op is not None:
-            self._op.waited = True
-            self._op.complete()
+        for op in self._ops:
+            op.waited = True
+            op.complete()
         self._future.wait()  # raises the collective's error
         return True
 
@@ -328,7 +328,7 @@ class ProcessGroupDdprun(dist.ProcessGroup):
                 future.set_exception(e)
 
         work.get_future().add_done_callback(chain)
-        return self._keep(_work(future, work._op))
+        return self._keep(_work(future, work._ops))
 
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
@@ -385,7 +385,20 @@ class ProcessGroupDdprun(dist.ProcessGroup):
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
-        return works[-1] if works else self._done(outputs)
+        return self._all(works, outputs)
+
+    def _all(self, works, result):
+        """One Work for several collectives: done when every one is (each may copy its result
+        back when it completes, so the last one's completion is not enough)."""
+        if not works:
+            return self._done(result)
+        def every_one_done(done):
+            for f in done.value():
+                f.value()  # raises the first collective's error
+            return result
+
+        future = torch.futures.collect_all([w.get_future() for w in works]).then(every_one_done)
+        return self._keep(_work(future, [op for w in works for op in w._ops]))
 
     def _reduce_scatter_flat(self, flat, output, op, op_name):
         dtype = _dtype_code(flat, op_name)
@@ -425,7 +438,7 @@ class ProcessGroupDdprun(dist.ProcessGroup):
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)]
-        return works[-1] if works else self._done(outputs)
+        return self._all(works, outputs)
 
     def barrier(self, opts=None):  # noqa: ARG002
         return self._launch("barrier", lambda err: _capi.LIB.ddp_barrier(self._comm, err,

@@ -142,6 +142,25 @@ def other_cases(ours, gloo, seed):
                   float_bound(dtype, scales[i], r))
 
 
+def coalesced_cases(ours, seed):
+    """The coalesced forms, each into a strided (non-contiguous) output: the Work returned for
+    the batch must cover every collective in it, copies back included."""
+    n = 3
+    ins = [torch.full((n,), float(RANK + 1)), torch.full((n,), float(10 * (RANK + 1)))]
+    outs = [torch.zeros(2 * WORLD * n)[::2] for _ in ins]
+    ours.allgather_into_tensor_coalesced(outs, ins, torch._C._distributed_c10d.AllgatherOptions()).wait()
+    for i, out in enumerate(outs):
+        want = torch.cat([torch.full((n,), float((10 ** i) * (r + 1))) for r in range(WORLD)])
+        check(f"allgather_into_tensor_coalesced[{i}]", out, want)
+    ins = [torch.arange(WORLD * n, dtype=torch.int64) + RANK,
+           torch.arange(WORLD * n, dtype=torch.int64) * (RANK + 1)]
+    outs = [torch.zeros(2 * n, dtype=torch.int64)[::2] for _ in ins]
+    ours.reduce_scatter_tensor_coalesced(outs, ins, dist.ReduceScatterOptions()).wait()
+    base = torch.arange(WORLD * n, dtype=torch.int64)[RANK * n:(RANK + 1) * n]
+    check("reduce_scatter_tensor_coalesced[0]", outs[0], base * WORLD + sum(range(WORLD)))
+    check("reduce_scatter_tensor_coalesced[1]", outs[1], base * sum(range(1, WORLD + 1)))
+
+
 def rooted_cases(ours, gloo, seed):
     root = WORLD // 2
     x = inputs(torch.int64, 3, seed)
@@ -197,6 +216,7 @@ def main():
         allreduce_cases(ours, gloo, seed)
         avg_cases(ours, gloo, seed)
         other_cases(ours, gloo, seed)
+    coalesced_cases(ours, 4)
     rooted_cases(ours, gloo, 3)
     refusals(ours)
     print(f"CONFORMANCE rank={RANK} passed={passed} failed={len(failures)}", flush=True)
