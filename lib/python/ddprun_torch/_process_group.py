@@ -362,13 +362,18 @@ class ProcessGroupDdprun(dist.ProcessGroup):
             raise RuntimeError(f"ddprun allgather: {len(outputs)} output tensors for "
                                f"{self._size} ranks")
 
+        return self._gather_into(source, outputs, output_tensors, "allgather")
+
+    def _gather_into(self, source, outputs, result, op_name):
+        """Allgathers `source`, then copies rank r's block into outputs[r] (none: not the root)."""
+
         def finish(gathered):
             n = source.numel()
             for r, out in enumerate(outputs):
                 out.copy_(gathered[r * n:(r + 1) * n].view_as(out))
-            return output_tensors
+            return result
 
-        return self._allgather_flat(source, "allgather", finish)
+        return self._allgather_flat(source, op_name, finish)
 
     def _allgather_base(self, output, input, opts=None):  # noqa: A002,ARG002 -- torch's names
         if output.numel() != self._size * input.numel():
@@ -459,13 +464,7 @@ class ProcessGroupDdprun(dist.ProcessGroup):
         source = _single(input_tensors, "gather")
         outputs = output_tensors[0] if self._rank == root else []
 
-        def finish(gathered):
-            n = source.numel()
-            for r, out in enumerate(outputs):
-                out.copy_(gathered[r * n:(r + 1) * n].view_as(out))
-            return output_tensors
-
-        return self._allgather_flat(source, "gather", finish)
+        return self._gather_into(source, outputs, output_tensors, "gather")
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         root = opts.rootRank if opts is not None else 0

@@ -88,19 +88,7 @@ def two_pods(ddprun, package_dir, interop_dir):
         agents.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True,
                                        start_new_session=True))
-    outs, codes = [], []
-    for a in agents:
-        try:
-            outs.append(a.communicate(timeout=JOB_SECONDS)[0])
-            codes.append(a.returncode)
-        except subprocess.TimeoutExpired:
-            for b in agents:
-                try:
-                    os.killpg(b.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            outs.append(a.communicate()[0] + "\n(killed at the deadline)")
-            codes.append(None)
+    outs, codes = collect(agents, JOB_SECONDS)
     out = "\n".join(outs)
     reports = re.findall(r"CONFORMANCE rank=(\d+) passed=(\d+) failed=(\d+)", out)
     hierarchical = re.findall(r"hierarchical=(True|False)", out)
@@ -148,10 +136,27 @@ def killed_rank(package_dir, interop_dir, world=3, timeout_s=10):
             [os.path.join(interop_dir, "torch2-python"), os.path.join(HERE, "failure_worker.py")],
             env=env_r, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True))
-    outs = []
+    outs, codes = collect(procs, timeout_s + 60)
+    raised = [re.search(r"RAISED ([0-9.]+) (.*)", o) for o in outs[:-1]]
+    ok = (all(m and float(m.group(1)) <= timeout_s for m in raised) and
+          codes[-1] == -signal.SIGKILL and all(c == 0 for c in codes[:-1]))
+    if not ok:
+        print("\n".join(outs))
+    times = [m.group(1) + " s" for m in raised if m]
+    print(f"{'ok  ' if ok else 'FAIL'} killed rank: survivors raised after {times} "
+          f"(op timeout {timeout_s} s) and exited {codes[:-1]}: "
+          f"{raised[0].group(2) if raised[0] else '-'}", flush=True)
+    return ok
+
+
+def collect(procs, timeout):
+    """Each process's output and exit code (None: killed at the deadline, with every other
+    process of the job, by process group)."""
+    outs, codes = [], []
     for p in procs:
         try:
-            outs.append(p.communicate(timeout=timeout_s + 60)[0])
+            outs.append(p.communicate(timeout=timeout)[0])
+            codes.append(p.returncode)
         except subprocess.TimeoutExpired:
             for q in procs:
                 try:
@@ -159,17 +164,8 @@ def killed_rank(package_dir, interop_dir, world=3, timeout_s=10):
                 except ProcessLookupError:
                     pass
             outs.append(p.communicate()[0] + "\n(killed at the deadline)")
-    raised = [re.search(r"RAISED ([0-9.]+) (.*)", o) for o in outs[:-1]]
-    ok = (all(m and float(m.group(1)) <= timeout_s for m in raised) and
-          procs[-1].returncode == -signal.SIGKILL and
-          all(p.returncode == 0 for p in procs[:-1]))
-    if not ok:
-        print("\n".join(outs))
-    times = [m.group(1) + " s" for m in raised if m]
-    print(f"{'ok  ' if ok else 'FAIL'} killed rank: survivors raised after {times} "
-          f"(op timeout {timeout_s} s) and exited {[p.returncode for p in procs[:-1]]}: "
-          f"{raised[0].group(2) if raised[0] else '-'}", flush=True)
-    return ok
+            codes.append(None)
+    return outs, codes
 
 
 def free_port():
