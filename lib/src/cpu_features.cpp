@@ -42,10 +42,12 @@ bool cpu_computes_bf16_natively() {
   return __builtin_cpu_supports("avx512bf16");
 }
 const char* native_bf16_feature() { return "avx512_bf16"; }
+bool cpu_runs_sve() { return false; }
 #else
 bool cpu_runs_x86_64_v3() { return false; }
 bool cpu_runs_x86_64_v4() { return false; }
 #if defined(__aarch64__)
+bool cpu_runs_sve() { return (getauxval(AT_HWCAP) & HWCAP_SVE) != 0; }
 bool cpu_computes_bf16_natively() {
 #ifdef HWCAP2_BF16
   return (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
@@ -55,23 +57,60 @@ bool cpu_computes_bf16_natively() {
 }
 const char* native_bf16_feature() { return "bf16"; }
 #else
+bool cpu_runs_sve() { return false; }
 bool cpu_computes_bf16_natively() { return false; }
 const char* native_bf16_feature() { return "native bfloat16"; }
 #endif
 #endif
 
-const char* const kKernelIsas[3] = {"baseline", "avx2", "avx512"};
-
 namespace {
 
+// Each instruction set with the CPU level it needs, for messages.
+struct KernelIsa {
+  const char* name;
+  const char* needs;
+};
+#if defined(__x86_64__)
+constexpr KernelIsa kIsas[] = {{"baseline", "x86-64"},
+                               {"avx2", "x86-64-v3 (AVX2, FMA, BMI2, F16C)"},
+                               {"avx512", "x86-64-v4 (AVX-512 F/BW/CD/DQ/VL)"}};
+#elif defined(__aarch64__)
+constexpr KernelIsa kIsas[] = {{"baseline", "armv8-a (NEON)"},
+                               {"sve", "SVE (Graviton3 and later; not Graviton2)"}};
+#else
+constexpr KernelIsa kIsas[] = {{"baseline", "the build's target"}};
+#endif
+constexpr int kIsaCount = static_cast<int>(sizeof(kIsas) / sizeof(kIsas[0]));
+
 int isa_rank(const char* isa) {
-  for (int i = 0; i < 3; ++i) {
-    if (std::strcmp(isa, kKernelIsas[i]) == 0) return i;
+  for (int i = 0; i < kIsaCount; ++i) {
+    if (std::strcmp(isa, kIsas[i].name) == 0) return i;
   }
   return -1;
 }
 
+std::string known_isas() {
+  std::string list;
+  for (int i = 0; i < kIsaCount; ++i) {
+    list += i == 0 ? "" : i + 1 == kIsaCount ? " or " : ", ";
+    list += kIsas[i].name;
+  }
+  return list;
+}
+
 }  // namespace
+
+int kernel_isa_count() { return kIsaCount; }
+const char* kernel_isa(int i) { return kIsas[i].name; }
+
+bool cpu_runs_isa(const char* isa) {
+  const std::string name = isa;
+  if (name == "baseline") return true;
+  if (name == "avx2") return cpu_runs_x86_64_v3();
+  if (name == "avx512") return cpu_runs_x86_64_v4();
+  if (name == "sve") return cpu_runs_sve();
+  return false;
+}
 
 bool isa_allowed(const char* isa, const char* cap) {
   return cap == nullptr || isa_rank(isa) <= isa_rank(cap);
@@ -80,17 +119,14 @@ bool isa_allowed(const char* isa, const char* cap) {
 void check_isa_cap(const char* cap) {
   const int rank = isa_rank(cap);
   if (rank < 0) {
-    throw ConfigError(std::string("DDP_ISA='") + cap +
-                      "' is not known; use baseline, avx2 or avx512, or unset it");
+    throw ConfigError(std::string("DDP_ISA='") + cap + "' is not known on this architecture; use " +
+                      known_isas() + ", or unset it");
   }
-  const bool runs =
-      rank == 0 || (rank == 1 && cpu_runs_x86_64_v3()) || (rank == 2 && cpu_runs_x86_64_v4());
-  if (!runs) {
-    throw ConfigError(std::string("DDP_ISA=") + cap + ": this " +
-                      (rank == 1 ? "CPU does not run x86-64-v3 (AVX2, FMA, BMI2, F16C)"
-                                 : "CPU does not run x86-64-v4 (AVX-512 F/BW/CD/DQ/VL)") +
-                      " or this is not an x86-64 build; use a narrower set (baseline runs "
-                      "everywhere), or unset it to take the widest this CPU runs");
+  if (!cpu_runs_isa(cap)) {
+    throw ConfigError(std::string("DDP_ISA=") + cap + ": this CPU does not run " +
+                      kIsas[rank].needs +
+                      "; use a narrower set (baseline runs everywhere), or unset it to take the "
+                      "widest this CPU runs");
   }
 }
 

@@ -116,8 +116,8 @@ const std::vector<Replaced>& replaced() {
       {"DDP_FABRIC_CHUNK_BYTES", "DDP_CHUNK_BYTES"},
       {"DDP_FABRIC_PIPELINE_DEPTH", "DDP_PIPELINE_DEPTH"},
       {"DDP_FABRIC_RING_ORDER", "DDP_RING_ORDER"},
-      {"DDP_REDUCE_ISA", "DDP_ISA=baseline|avx2|avx512 (one cap for every kernel)"},
-      {"DDP_KERNEL_ISA", "DDP_ISA=baseline|avx2|avx512 (one cap for every kernel)"},
+      {"DDP_REDUCE_ISA", "DDP_ISA=baseline|avx2|avx512|sve (one cap for every kernel)"},
+      {"DDP_KERNEL_ISA", "DDP_ISA=baseline|avx2|avx512|sve (one cap for every kernel)"},
   };
   return names;
 }

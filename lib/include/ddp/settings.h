@@ -283,11 +283,11 @@ inline constexpr Setting kIsa{
     "the widest this CPU runs",
     0,
     0,
-    "baseline|avx2|avx512",
+    "baseline|avx2|avx512|sve",
     "",
     "library",
-    "The widest instruction set the reduction and activation kernels may use; a set this build or "
-    "CPU lacks is an error."};
+    "The widest instruction set the reduction and activation kernels may use: avx2 and avx512 on "
+    "x86-64, sve on arm64 (baseline is NEON there); a set this build or CPU lacks is an error."};
 inline constexpr Setting kLogLevel{"DDP_LOG_LEVEL",
                                    Type::kChoice,
                                    "info",

@@ -16,6 +16,9 @@ extern const ReduceKernels kBaselineReduceKernels;
 extern const ReduceKernels kAvx2ReduceKernels;
 extern const ReduceKernels kAvx512ReduceKernels;
 #endif
+#if defined(DDP_SVE_REDUCE_KERNELS)
+extern const ReduceKernels kSveReduceKernels;
+#endif
 
 const ReduceKernels* reduce_kernels_for(const char* isa) {
   if (std::strcmp(isa, "baseline") == 0) return &kBaselineReduceKernels;
@@ -25,14 +28,18 @@ const ReduceKernels* reduce_kernels_for(const char* isa) {
   if (std::strcmp(isa, "avx2") == 0 && v3) return &kAvx2ReduceKernels;
   if (std::strcmp(isa, "avx512") == 0 && v4) return &kAvx512ReduceKernels;
 #endif
+#if defined(DDP_SVE_REDUCE_KERNELS)
+  static const bool sve = cpu_runs_sve();
+  if (std::strcmp(isa, "sve") == 0 && sve) return &kSveReduceKernels;
+#endif
   return nullptr;
 }
 
 const ReduceKernels& select_reduce_kernels(const char* cap) {
   if (cap) check_isa_cap(cap);
-  for (int i = 2; i > 0; --i) {
-    if (!isa_allowed(kKernelIsas[i], cap)) continue;
-    if (const ReduceKernels* widest = reduce_kernels_for(kKernelIsas[i])) return *widest;
+  for (int i = kernel_isa_count() - 1; i > 0; --i) {
+    if (!isa_allowed(kernel_isa(i), cap)) continue;
+    if (const ReduceKernels* widest = reduce_kernels_for(kernel_isa(i))) return *widest;
   }
   return kBaselineReduceKernels;
 }

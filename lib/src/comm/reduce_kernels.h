@@ -3,8 +3,8 @@
 // widened to float, reduced and rounded back.
 //
 // The loops (reduce_kernel_loops.h) are compiled once per instruction set, for the baseline the
-// library targets and, on x86-64, for x86-64-v3 (AVX2) and x86-64-v4 (AVX-512); the widest the
-// CPU runs is chosen on first use. Every variant computes the same bits, so ranks on different
+// library targets (on arm64 that is NEON), on x86-64 for x86-64-v3 (AVX2) and x86-64-v4
+// (AVX-512), and on arm64 for SVE; the widest the CPU runs is chosen on first use. Every variant computes the same bits, so ranks on different
 // CPUs still agree.
 #include <cstddef>
 
@@ -30,7 +30,7 @@ struct ReduceKernels {
   };
   static constexpr int kTypes = 6;  // DataType's enumerators, by value
 
-  const char* isa;  // "baseline", "avx2" or "avx512"
+  const char* isa;  // "baseline", "avx2", "avx512" or "sve"
   PerType by_type[kTypes];
 };
 

@@ -12,6 +12,9 @@ extern const ActivationKernels kBaselineActivationKernels;
 #if defined(DDP_AVX512_KERNELS)
 extern const ActivationKernels kAvx512ActivationKernels;
 #endif
+#if defined(DDP_SVE_KERNELS)
+extern const ActivationKernels kSveActivationKernels;
+#endif
 
 const ActivationKernels* activation_kernels_for(const char* isa) {
   if (std::strcmp(isa, "baseline") == 0) return &kBaselineActivationKernels;
@@ -19,14 +22,19 @@ const ActivationKernels* activation_kernels_for(const char* isa) {
   static const bool avx512 = ddp::detail::cpu_runs_x86_64_v4();
   if (std::strcmp(isa, "avx512") == 0 && avx512) return &kAvx512ActivationKernels;
 #endif
+#if defined(DDP_SVE_KERNELS)
+  static const bool sve = ddp::detail::cpu_runs_sve();
+  if (std::strcmp(isa, "sve") == 0 && sve) return &kSveActivationKernels;
+#endif
   return nullptr;
 }
 
 const ActivationKernels& select_activation_kernels(const char* cap) {
   if (cap) ddp::detail::check_isa_cap(cap);
-  // Variants exist for baseline and avx512: an avx2 cap takes the baseline.
-  if (ddp::detail::isa_allowed("avx512", cap)) {
-    if (const ActivationKernels* fast = activation_kernels_for("avx512")) return *fast;
+  // Variants exist for baseline, avx512 and sve: an avx2 cap takes the baseline.
+  for (const char* isa : {"avx512", "sve"}) {
+    if (!ddp::detail::isa_allowed(isa, cap)) continue;
+    if (const ActivationKernels* fast = activation_kernels_for(isa)) return *fast;
   }
   return kBaselineActivationKernels;
 }

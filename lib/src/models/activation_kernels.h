@@ -25,7 +25,7 @@ struct PoolGeometry {
 };
 
 struct ActivationKernels {
-  const char* isa;  // "baseline" or "avx512"
+  const char* isa;  // "baseline", "avx512" or "sve"
   // out = dropout(relu(max_pool2x2(in))), arg = each window's argmax 0..3. `in` and `out` are
   // NCHW or both channels-last. `scratch_floats` / `scratch_draws` hold C * OH * OW floats and
   // C * OH * OW + 3 uint16 draws (one image's outputs).

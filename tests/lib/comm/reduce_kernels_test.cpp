@@ -234,7 +234,8 @@ void expect_same_integers(const ReduceKernels& variant, DataType dtype) {
 // included.
 TEST(ReduceKernels, EveryVariantThisCpuRunsComputesTheBaselinesBits) {
   int checked = 0;
-  for (const char* isa : {"avx2", "avx512"}) {
+  for (int i = 1; i < kernel_isa_count(); ++i) {
+    const char* isa = kernel_isa(i);
     const ReduceKernels* variant = reduce_kernels_for(isa);
     if (!variant) {
       std::printf("%s reduction kernels: not in this build or not run by this CPU, not checked\n",
@@ -276,9 +277,9 @@ TEST(ReduceKernels, AnUnknownOrUnsupportedCapIsAConfigErrorNamingTheVariable) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("DDP_ISA='sse9'"), std::string::npos) << e.what();
   }
-  for (const char* isa : {"avx2", "avx512"}) {
-    const bool runs = std::string(isa) == "avx2" ? cpu_runs_x86_64_v3() : cpu_runs_x86_64_v4();
-    if (runs) continue;
+  for (int i = 1; i < kernel_isa_count(); ++i) {
+    const char* isa = kernel_isa(i);
+    if (cpu_runs_isa(isa)) continue;
     try {
       select_reduce_kernels(isa);
       ADD_FAILURE() << "a cap of " << isa << " was accepted on a CPU that does not run it";
@@ -292,11 +293,20 @@ TEST(ReduceKernels, AnUnknownOrUnsupportedCapIsAConfigErrorNamingTheVariable) {
   if (cpu_runs_x86_64_v3() && reduce_kernels_for("avx2")) {
     EXPECT_STREQ(select_reduce_kernels("avx2").isa, "avx2");
   }
-  // Unset: the widest this CPU runs.
-  const char* widest = reduce_kernels_for("avx512") ? "avx512"
-                       : reduce_kernels_for("avx2") ? "avx2"
-                                                    : "baseline";
+  // Unset: the widest this CPU runs; every set this CPU runs has its kernels in this build.
+  const char* widest = "baseline";
+  for (int i = 1; i < kernel_isa_count(); ++i) {
+    const char* isa = kernel_isa(i);
+    EXPECT_EQ(reduce_kernels_for(isa) != nullptr, cpu_runs_isa(isa)) << isa;
+    if (reduce_kernels_for(isa)) widest = isa;
+  }
   EXPECT_STREQ(select_reduce_kernels(nullptr).isa, widest);
+  // A set of the other architecture is not known here.
+#if defined(__aarch64__)
+  EXPECT_THROW(select_reduce_kernels("avx2"), ConfigError);
+#else
+  EXPECT_THROW(select_reduce_kernels("sve"), ConfigError);
+#endif
 }
 
 TEST(CollectiveSignature, DescribesBothSidesOfAMismatch) {

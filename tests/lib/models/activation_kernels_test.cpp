@@ -61,33 +61,33 @@ void PrintTo(const Case& c, std::ostream* os) {
       << (c.channels_last ? " channels-last" : " NCHW");
 }
 
-class WithAvx512Variant {
+class WithWideVariant {
  protected:
   // Returns false (and the test skips) where there is nothing to compare.
   bool has_fast_variant() {
     fast_ = activation_kernels_for("avx512");
+    if (!fast_) fast_ = activation_kernels_for("sve");
     return fast_ != nullptr;
   }
   const ActivationKernels& baseline_ = *activation_kernels_for("baseline");
   const ActivationKernels* fast_ = nullptr;
 };
 
-constexpr const char* kNoAvx512 =
-    "this build or CPU has no AVX-512 variant (needs an x86-64 build and an x86-64-v4 CPU); only "
-    "the "
-    "baseline runs here";
+constexpr const char* kNoWideVariant =
+    "this build or CPU has no wider variant (AVX-512 needs an x86-64 build and an x86-64-v4 CPU, "
+    "SVE an arm64 build and an SVE CPU); only the baseline runs here";
 
-class ActivationKernelVariants : public ::testing::TestWithParam<Case>, public WithAvx512Variant {
+class ActivationKernelVariants : public ::testing::TestWithParam<Case>, public WithWideVariant {
  protected:
   void SetUp() override {
-    if (!has_fast_variant()) GTEST_SKIP() << kNoAvx512;
+    if (!has_fast_variant()) GTEST_SKIP() << kNoWideVariant;
   }
 };
 
-class ReluDropoutVariants : public ::testing::TestWithParam<Precision>, public WithAvx512Variant {
+class ReluDropoutVariants : public ::testing::TestWithParam<Precision>, public WithWideVariant {
  protected:
   void SetUp() override {
-    if (!has_fast_variant()) GTEST_SKIP() << kNoAvx512;
+    if (!has_fast_variant()) GTEST_SKIP() << kNoWideVariant;
   }
 };
 
@@ -176,10 +176,10 @@ TEST(ActivationKernelCasts, MatchC10InEveryVariant) {
     expected_wide[b] =
         static_cast<float>(c10::BFloat16(static_cast<uint16_t>(b), c10::BFloat16::from_bits()));
   }
-  for (const char* isa : {"baseline", "avx512"}) {
+  for (const char* isa : {"baseline", "avx512", "sve"}) {
     const ActivationKernels* k = activation_kernels_for(isa);
     if (!k) {
-      std::cout << "[ NOTE ] no " << isa << " variant here: " << kNoAvx512 << "\n";
+      std::cout << "[ NOTE ] no " << isa << " variant here: " << kNoWideVariant << "\n";
       continue;
     }
     SCOPED_TRACE(isa);
@@ -216,6 +216,14 @@ TEST(ActivationKernelSelection, UnknownCapIsAConfigErrorNamingTheVariable) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("DDP_ISA='sse9'"), std::string::npos) << e.what();
   }
+}
+
+// Every set this CPU runs that has activation kernels is the one chosen with no cap.
+TEST(ActivationKernelSelection, NoCapTakesTheWidestVariantThisCpuRuns) {
+  const char* widest = ddp::detail::cpu_runs_isa("avx512") ? "avx512"
+                       : ddp::detail::cpu_runs_isa("sve")  ? "sve"
+                                                           : "baseline";
+  EXPECT_STREQ(select_activation_kernels(nullptr).isa, widest);
 }
 
 // There is no avx2 variant: an avx2 cap keeps the activations on the baseline.
