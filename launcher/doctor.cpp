@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/statvfs.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cpu_features.h"
 #include "ddp/error.h"
 #include "ddp/exit_codes.h"
 #include "ddp/log.h"
@@ -113,11 +115,28 @@ std::vector<DnsAnswer> resolve_all(const std::vector<std::string>& names) {
   return answers;
 }
 
+// The CPU: /proc/cpuinfo's model (arm64: the core its part number names) and the hwcaps the
+// library's kernels and the --bf16 fallback read.
+CpuFacts probe_cpu() {
+  CpuFacts c;
+  utsname machine{};
+  c.arch = uname(&machine) == 0 ? machine.machine : "unknown";
+  std::ifstream in("/proc/cpuinfo");
+  std::stringstream text;
+  text << in.rdbuf();
+  c.model = cpu_model_from_cpuinfo(text.str());
+  c.sve = ddp::detail::cpu_runs_sve();
+  c.native_bf16 = ddp::detail::cpu_computes_bf16_natively();
+  c.bf16_feature = ddp::detail::native_bf16_feature();
+  return c;
+}
+
 NodeFacts probe_node(const EnvMap& env, const HostFacts& host, int node) {
   NodeFacts f;
   f.node = node;
   f.hostname = host.hostname;
   f.usable_cpus = host.usable_cpus;
+  f.cpu = probe_cpu();
   read_providers(env, f);
   glob_t found{};
   if (glob("/dev/infiniband/uverbs*", 0, nullptr, &found) == 0) {
@@ -247,6 +266,9 @@ Requirements requirements_of(const LaunchConfig& config, const NodeAssignment& n
                         .value_or(default_shm_min_bytes(config.nproc_per_node));
   r.backend = ddp::settings::spelling(ddp::settings::kBackend).value_or("gloo");
   r.provider = ddp::settings::text(ddp::settings::kFabricProvider).value_or("");
+  for (const auto& arg : config.command) {
+    if (arg == "--bf16" || arg == "--bf16=true" || arg == "--bf16=1") r.bf16 = true;
+  }
   return r;
 }
 

@@ -40,14 +40,9 @@ std::string size_text(long long bytes) {
   return fmt::format("{} KiB", bytes / 1024);
 }
 
-}  // namespace
-
-long long default_shm_min_bytes(int nproc_per_node) {
-  return std::max(256 * kMiB, 64 * kMiB * nproc_per_node);
-}
-
-std::vector<Finding> evaluate_node(const NodeFacts& f, const Requirements& r) {
-  std::vector<Finding> out;
+// "cpus": enough usable CPUs for the ranks; "cpu": the model and its vector and bfloat16
+// support, and a warning when the program asks for --bf16 on a CPU that lacks it.
+void add_cpu_findings(const NodeFacts& f, const Requirements& r, std::vector<Finding>& out) {
   if (f.usable_cpus < r.nproc_per_node) {
     out.push_back({"cpus", Level::kBad,
                    fmt::format("{} usable CPUs for {} ranks per node (CPU affinity and cgroup "
@@ -57,6 +52,82 @@ std::vector<Finding> evaluate_node(const NodeFacts& f, const Requirements& r) {
     out.push_back({"cpus", Level::kOk,
                    fmt::format("{} usable CPUs, {} ranks", f.usable_cpus, r.nproc_per_node)});
   }
+  const CpuFacts& c = f.cpu;
+  if (r.bf16 && !c.native_bf16) {
+    out.push_back({"cpu", Level::kWarn,
+                   fmt::format("the program asks for --bf16, but this CPU ({}) lacks native "
+                               "bfloat16 ({}): it trains in float32 instead; use a CPU with it "
+                               "(Graviton3 and later: c7g, c7gn, hpc7g, c8g; x86-64 with "
+                               "avx512_bf16) or drop --bf16",
+                               c.model, c.bf16_feature)});
+    return;
+  }
+  std::string features;
+  if (c.arch == "aarch64") features += c.sve ? ", SVE" : ", no SVE";
+  if (c.native_bf16) features += ", " + c.bf16_feature;
+  out.push_back({"cpu", Level::kOk, fmt::format("{} ({}{})", c.model, c.arch, features)});
+}
+
+// The Arm cores of AWS instances and their neighbours, by /proc/cpuinfo's "CPU part" (Arm Ltd.,
+// implementer 0x41).
+struct ArmPart {
+  unsigned part;
+  const char* name;
+};
+constexpr ArmPart kArmParts[] = {
+    {0xd08, "Cortex-A72 (AWS Graviton1)"},
+    {0xd0c, "Neoverse N1 (AWS Graviton2)"},
+    {0xd40, "Neoverse V1 (AWS Graviton3)"},
+    {0xd49, "Neoverse N2"},
+    {0xd4f, "Neoverse V2 (AWS Graviton4)"},
+    {0xd8e, "Neoverse N3"},
+    {0xd84, "Neoverse V3"},
+};
+
+// The value of the first "key\t: value" line, or "".
+std::string cpuinfo_value(const std::string& cpuinfo, const std::string& key) {
+  std::istringstream in(cpuinfo);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key, 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string name = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
+    if (name != key) continue;
+    const auto start = line.find_first_not_of(" \t", colon + 1);
+    return start == std::string::npos ? "" : line.substr(start);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string cpu_model_from_cpuinfo(const std::string& cpuinfo) {
+  const std::string model = cpuinfo_value(cpuinfo, "model name");
+  if (!model.empty()) return model;
+  const std::string part = cpuinfo_value(cpuinfo, "CPU part");
+  if (part.empty()) return "unknown";
+  const std::string implementer = cpuinfo_value(cpuinfo, "CPU implementer");
+  unsigned number = 0;
+  try {
+    number = static_cast<unsigned>(std::stoul(part, nullptr, 16));
+  } catch (const std::exception&) {
+    return "arm64 part " + part;
+  }
+  if (implementer == "0x41") {
+    for (const auto& p : kArmParts) {
+      if (p.part == number) return p.name;
+    }
+  }
+  return fmt::format("arm64 implementer {} part {}", implementer.empty() ? "?" : implementer, part);
+}
+
+long long default_shm_min_bytes(int nproc_per_node) {
+  return std::max(256 * kMiB, 64 * kMiB * nproc_per_node);
+}
+
+std::vector<Finding> evaluate_node(const NodeFacts& f, const Requirements& r) {
+  std::vector<Finding> out;
+  add_cpu_findings(f, r, out);
 
   if (f.shm_size_bytes < 0) {
     out.push_back(
@@ -276,7 +347,8 @@ std::string render(const std::vector<NodeFacts>& nodes,
                    const Requirements& requirements) {
   std::string out = fmt::format("ddprun doctor: {} nodes x {} ranks, backend {}\n", nodes.size(),
                                 requirements.nproc_per_node, requirements.backend);
-  const char* checks[] = {"cpus", "shm", "memlock", "nofile", "hugepages", "providers", "dns"};
+  const char* checks[] = {"cpus",   "cpu",       "shm",       "memlock",
+                          "nofile", "hugepages", "providers", "dns"};
   out += fmt::format("{:<18}", "node");
   for (const char* c : checks) out += fmt::format(" {:<10}", c);
   out += " efa\n";
@@ -335,6 +407,11 @@ std::string facts_to_json(const NodeFacts& f, const std::vector<LinkResult>& lin
   j["address"] = f.address;
   j["probe_port"] = f.probe_port;
   j["usable_cpus"] = f.usable_cpus;
+  j["cpu"] = {{"arch", f.cpu.arch},
+              {"model", f.cpu.model},
+              {"sve", f.cpu.sve},
+              {"native_bf16", f.cpu.native_bf16},
+              {"bf16_feature", f.cpu.bf16_feature}};
   j["fi_info_found"] = f.fi_info_found;
   j["providers"] = f.providers;
   j["efa_devices"] = f.efa_devices;
@@ -370,6 +447,10 @@ NodeFacts facts_from_json(const std::string& json, std::vector<LinkResult>& link
     f.address = j.at("address").get<std::string>();
     f.probe_port = j.at("probe_port").get<int>();
     f.usable_cpus = j.at("usable_cpus").get<int>();
+    const auto& cpu = j.at("cpu");
+    f.cpu = {cpu.at("arch").get<std::string>(), cpu.at("model").get<std::string>(),
+             cpu.at("sve").get<bool>(), cpu.at("native_bf16").get<bool>(),
+             cpu.at("bf16_feature").get<std::string>()};
     f.fi_info_found = j.at("fi_info_found").get<bool>();
     f.providers = j.at("providers").get<std::vector<std::string>>();
     f.efa_devices = j.at("efa_devices").get<int>();

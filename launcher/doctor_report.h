@@ -19,6 +19,20 @@ struct DnsAnswer {
   std::string error;
 };
 
+// The CPU, for the "cpu" check.
+struct CpuFacts {
+  std::string arch;   // uname's machine: "x86_64", "aarch64"
+  std::string model;  // cpu_model_from_cpuinfo
+  bool sve = false;   // arm64's Scalable Vector Extension (hwcaps)
+  bool native_bf16 = false;
+  std::string bf16_feature;  // what native_bf16 looks for: "bf16" (arm64), "avx512_bf16"
+};
+
+// The CPU model /proc/cpuinfo names: x86-64's "model name"; on arm64 the core its implementer
+// and part number name, with the AWS Graviton built on it ("Neoverse V1 (AWS Graviton3)"), or
+// "arm64 part 0x..." for a part not in the table. "unknown" when neither is there.
+std::string cpu_model_from_cpuinfo(const std::string& cpuinfo);
+
 // One node's facts, as its agent read them.
 struct NodeFacts {
   int node = 0;
@@ -26,6 +40,7 @@ struct NodeFacts {
   std::string address;  // where its link probe listens
   int probe_port = 0;
   int usable_cpus = 0;
+  CpuFacts cpu;
   bool fi_info_found = false;
   std::vector<std::string> providers;
   int efa_devices = 0;            // /dev/infiniband/uverbs*
@@ -45,6 +60,7 @@ struct Requirements {
   std::string backend = "gloo";
   std::string provider;  // DDP_FABRIC_PROVIDER or FI_PROVIDER when set ("tcp;ofi_rxm", ...)
   double slow_dns_ms = 1000;
+  bool bf16 = false;  // the program's command line asks for --bf16
 };
 
 // The free /dev/shm a node needs by default: 64 MiB per rank, at least 256 MiB (Docker's default
@@ -54,7 +70,7 @@ long long default_shm_min_bytes(int nproc_per_node);
 enum class Level { kOk, kWarn, kBad };
 
 struct Finding {
-  std::string check;  // "cpus", "shm", "memlock", "nofile", "hugepages", "providers", "dns"
+  std::string check;  // "cpus", "cpu", "shm", "memlock", "nofile", "hugepages", "providers", "dns"
   Level level = Level::kOk;
   std::string text;  // what was seen, and for kWarn/kBad the fix
 };

@@ -22,6 +22,7 @@ NodeFacts healthy(int node) {
   f.shm_free_bytes = 4096 * kMiB;
   f.shm_size_bytes = 4096 * kMiB;
   f.dns = {{"train-1.train", true, 2.0, ""}};
+  f.cpu = {"aarch64", "Neoverse V1 (AWS Graviton3)", true, true, "bf16"};
   return f;
 }
 
@@ -48,7 +49,64 @@ int bad_count(const std::vector<Finding>& findings) {
 TEST(DoctorReport, AHealthyNodeHasNoBadFinding) {
   const auto findings = evaluate_node(healthy(0), two_ranks());
   EXPECT_EQ(bad_count(findings), 0);
-  EXPECT_EQ(findings.size(), 7u);  // one per check
+  EXPECT_EQ(findings.size(), 8u);  // one per check
+}
+
+// /proc/cpuinfo as a c7g.16xlarge prints it (one core of 64), and as an x86-64 node does.
+TEST(DoctorReport, TheCpuModelComesFromCpuinfo) {
+  const std::string graviton3 =
+      "processor\t: 0\nBogoMIPS\t: 2100.00\n"
+      "Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid "
+      "asimdrdm jscvt fcma lrcpc dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc "
+      "flagm ssbs paca pacg dcpodp svei8mm svebf16 i8mm bf16 dgh rng\n"
+      "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x1\nCPU part\t: 0xd40\n"
+      "CPU revision\t: 1\n\n";
+  EXPECT_EQ(cpu_model_from_cpuinfo(graviton3), "Neoverse V1 (AWS Graviton3)");
+  EXPECT_EQ(cpu_model_from_cpuinfo("CPU implementer\t: 0x41\nCPU part\t: 0xd0c\n"),
+            "Neoverse N1 (AWS Graviton2)");
+  EXPECT_EQ(cpu_model_from_cpuinfo("CPU implementer\t: 0x41\nCPU part\t: 0xd4f\n"),
+            "Neoverse V2 (AWS Graviton4)");
+  EXPECT_EQ(cpu_model_from_cpuinfo("CPU implementer\t: 0x61\nCPU part\t: 0x022\n"),
+            "arm64 implementer 0x61 part 0x022");
+  EXPECT_EQ(cpu_model_from_cpuinfo("processor\t: 0\nvendor_id\t: AuthenticAMD\n"
+                                   "model name\t: AMD EPYC 9R14 96-Core Processor\n"),
+            "AMD EPYC 9R14 96-Core Processor");
+  EXPECT_EQ(cpu_model_from_cpuinfo(""), "unknown");
+}
+
+const Finding* find(const std::vector<Finding>& findings, const std::string& check) {
+  for (const auto& f : findings) {
+    if (f.check == check) return &f;
+  }
+  return nullptr;
+}
+
+// --bf16 on a CPU without native bfloat16 trains in float32: a warning that names the CPU, the
+// feature it lacks and the fix. On a CPU with it, the finding lists SVE and bf16.
+TEST(DoctorReport, Bf16OnACpuWithoutItIsAWarningNamingTheFix) {
+  Requirements r = two_ranks();
+  r.bf16 = true;
+  const auto on_graviton3 = evaluate_node(healthy(0), r);
+  const Finding* ok = find(on_graviton3, "cpu");
+  ASSERT_NE(ok, nullptr);
+  EXPECT_EQ(ok->level, Level::kOk);
+  EXPECT_EQ(ok->text, "Neoverse V1 (AWS Graviton3) (aarch64, SVE, bf16)");
+
+  NodeFacts graviton2 = healthy(0);
+  graviton2.cpu = {"aarch64", "Neoverse N1 (AWS Graviton2)", false, false, "bf16"};
+  const auto on_graviton2 = evaluate_node(graviton2, r);
+  const Finding* warn = find(on_graviton2, "cpu");
+  ASSERT_NE(warn, nullptr);
+  EXPECT_EQ(warn->level, Level::kWarn);
+  EXPECT_NE(warn->text.find("Neoverse N1 (AWS Graviton2)) lacks native bfloat16 (bf16)"),
+            std::string::npos)
+      << warn->text;
+  EXPECT_NE(warn->text.find("drop --bf16"), std::string::npos) << warn->text;
+  // Not asked for: no warning.
+  const auto unasked = evaluate_node(graviton2, two_ranks());
+  ASSERT_NE(find(unasked, "cpu"), nullptr);
+  EXPECT_EQ(find(unasked, "cpu")->level, Level::kOk);
+  EXPECT_EQ(find(unasked, "cpu")->text, "Neoverse N1 (AWS Graviton2) (aarch64, no SVE)");
 }
 
 TEST(DoctorReport, DefaultShmRoomIs64MiBPerRankAtLeast256) {
@@ -222,6 +280,10 @@ TEST(DoctorReport, FactsVerdictAndSweepSurviveTheStore) {
   const NodeFacts back = facts_from_json(facts_to_json(f, links), back_links);
   EXPECT_EQ(back.hostname, "train-3");
   EXPECT_EQ(back.efa_devices, 2);
+  EXPECT_EQ(back.cpu.model, "Neoverse V1 (AWS Graviton3)");
+  EXPECT_TRUE(back.cpu.sve);
+  EXPECT_TRUE(back.cpu.native_bf16);
+  EXPECT_EQ(back.cpu.bf16_feature, "bf16");
   ASSERT_EQ(back.dns.size(), 2u);
   EXPECT_EQ(back.dns[1].error, "no answer within 5 s");
   ASSERT_EQ(back_links.size(), 2u);
