@@ -79,6 +79,103 @@ const quantity = (q) => {
   return Number(m[1]) * scale;
 };
 
+// ---- node groups: their architecture and what their nodes offer to pods -----------------------
+
+// The CPU architecture of an EC2 instance type, as the kubelet labels its nodes
+// (kubernetes.io/arch). Graviton families have a "g" right after the generation (c7g, c7gn,
+// c7gd, m6g, r8g, t4g, im4gn, is4gen, x2gd, g5g, hpc7g), and a1 is the first Graviton; the
+// rest (m6i, c6i, c5n, c6a, hpc7a, ...) are x86-64.
+function archOf(instanceType) {
+  const family = String(instanceType).split('.')[0];
+  if (family === 'a1') return 'arm64';
+  const m = family.match(/^[a-z]+\d+([a-z-]*)$/);
+  if (!m) return undefined;
+  return m[1].startsWith('g') ? 'arm64' : 'amd64';
+}
+
+// The instance types of k8s/eksctl/cluster.yaml (and the EFA alternative hpc7g.16xlarge): vCPUs,
+// memory in GiB and EFA devices (0: no EFA) from the EC2 instance type specifications, and the
+// max pods the EKS AMI gives the kubelet from the VPC CNI's ENI limits (amazon-eks-ami,
+// templates/shared/runtime/eni-max-pods.txt). A new node group needs its type here.
+const NODE_TYPES = {
+  'm6i.large': { vcpu: 2, memoryGiB: 8, efa: 0, maxPods: 29 },
+  'c6i.2xlarge': { vcpu: 8, memoryGiB: 16, efa: 0, maxPods: 58 },
+  'c5n.18xlarge': { vcpu: 72, memoryGiB: 192, efa: 1, maxPods: 737 },
+  'c7g.16xlarge': { vcpu: 64, memoryGiB: 128, efa: 1, maxPods: 737 },
+  'c7gn.16xlarge': { vcpu: 64, memoryGiB: 128, efa: 1, maxPods: 737 },
+  'hpc7g.16xlarge': { vcpu: 64, memoryGiB: 128, efa: 1, maxPods: 198 },
+};
+// MemTotal is below the instance's memory by what the hypervisor and kernel keep. This takes
+// Karpenter's default estimate of it (vmMemoryOverheadPercent, 7.5%), which errs on the safe side
+// for large instances: a pod that fits here fits on the node.
+const VM_MEMORY_OVERHEAD = 0.075;
+// Left free on every node for the DaemonSets' requests: kube-proxy (100m), aws-node, the EFS CSI
+// node plugin, the EFA device plugin (10m, 20Mi), a monitoring agent.
+const DAEMONSET_RESERVE = { cpu: 0.25, memory: 512 * 2 ** 20 };
+
+// Huge pages a group's nodes preallocate before the kubelet starts (bytes; 0 when none).
+function hugePagesOf(group) {
+  const pages = (group.preBootstrapCommands || []).map((cmd) => cmd.match(/vm\.nr_hugepages=(\d+)/))
+    .filter(Boolean).map((m) => Number(m[1]) * 2 ** 21);
+  return pages.length ? Math.min(...pages) : 0;
+}
+
+// What a node of the group offers to pods on the EKS AL2023 AMI, as nodeadm configures the
+// kubelet (amazon-eks-ami, nodeadm/internal/kubelet/config.go):
+//   cpu    = vCPUs less kube-reserved: 6% of the first core, 1% of the second, 0.5% of the third
+//            and fourth, 0.25% of each one above (getCPUMillicoresToReserve): c7g.16xlarge 63.77
+//   memory = MemTotal less kube-reserved, 11 MiB x max pods + 255 MiB
+//            (getMemoryMebibytesToReserve), less the hard eviction threshold memory.available
+//            100Mi, less the preallocated huge pages, which the kubelet offers as hugepages-2Mi
+//            instead: c7g.16xlarge 110.1 GiB by the estimate above, c7gn.16xlarge with 6 GiB of
+//            huge pages 104.1 GiB
+//   vpc.amazonaws.com/efa = the type's EFA devices where the group has efaEnabled, else none
+// null for an instance type NODE_TYPES lacks.
+function nodeAllocatable(group) {
+  const type = NODE_TYPES[group.instanceType];
+  if (!type) return null;
+  const milli = type.vcpu * 1000;
+  const reservedMilli = [[0, 1000, 0.06], [1000, 2000, 0.01], [2000, 4000, 0.005], [4000, Infinity, 0.0025]]
+    .reduce((sum, [from, to, share]) => sum + Math.max(0, Math.min(milli, to) - from) * share, 0);
+  const MiB = 2 ** 20;
+  const hugepages = hugePagesOf(group);
+  return {
+    cpu: (milli - reservedMilli) / 1000,
+    memory: type.memoryGiB * 2 ** 30 * (1 - VM_MEMORY_OVERHEAD) - (11 * type.maxPods + 255) * MiB - 100 * MiB - hugepages,
+    'hugepages-2Mi': hugepages,
+    'vpc.amazonaws.com/efa': group.efaEnabled ? type.efa : 0,
+  };
+}
+
+// The labels a group's nodes carry: the group's own and those the kubelet sets from the instance.
+const nodeLabels = (g) => ({ ...(g.labels || {}), 'kubernetes.io/arch': archOf(g.instanceType),
+  'node.kubernetes.io/instance-type': g.instanceType });
+const selects = (pod, g) => Object.entries(pod.nodeSelector || {}).every(([k, v]) => nodeLabels(g)[k] === v);
+const tolerates = (pod, taint) => (pod.tolerations || []).some((tol) => (!tol.key || tol.key === taint.key) &&
+  (!tol.effect || tol.effect === taint.effect) && (tol.operator === 'Exists' || tol.value === taint.value));
+// The node groups a pod can land on: its nodeSelector matches their labels and it tolerates
+// their NoSchedule and NoExecute taints.
+const groupsFor = (pod, cluster) => cluster.managedNodeGroups.filter((g) => selects(pod, g) &&
+  (g.taints || []).filter((t) => t.effect !== 'PreferNoSchedule').every((t) => tolerates(pod, t)));
+
+// A pod's requests summed over its containers (requests default to limits).
+function podRequests(pod) {
+  const total = {};
+  for (const c of pod.containers) {
+    const { requests = {}, limits = {} } = c.resources || {};
+    for (const [k, v] of Object.entries({ ...limits, ...requests })) total[k] = (total[k] || 0) + quantity(v);
+  }
+  return total;
+}
+const showQuantity = (k, v) => (k === 'cpu' || k === 'vpc.amazonaws.com/efa' ? `${+v.toFixed(2)}` : `${+(v / 2 ** 30).toFixed(1)}Gi`);
+// What the pod asks beyond what a node offers (less the DaemonSets' share): [] when it fits.
+function shortfalls(need, allocatable) {
+  return Object.entries(need).filter(([k]) => k in allocatable).flatMap(([k, v]) => {
+    const free = allocatable[k] - (DAEMONSET_RESERVE[k] || 0);
+    return v > free + 1e-9 ? [`${k} ${showQuantity(k, v)} > ${showQuantity(k, Math.max(free, 0))}`] : [];
+  });
+}
+
 // ---- the checks: each returns a list of problems (empty = holds) -------------------------------
 
 function checkIndexedJob(objs, codes) {
@@ -138,9 +235,51 @@ function checkFailurePolicy(job, containerName, codes) {
   return problems;
 }
 
+// The free room ddprun doctor (and ddprun --preflight) requires in /dev/shm for a node's ranks,
+// unless DDP_DOCTOR_SHM_BYTES says otherwise: 64 MiB per rank, at least 256 MiB
+// (launcher/doctor_report.cpp, default_shm_min_bytes).
+const doctorShmMinBytes = (ranks) => Math.max(256 * 2 ** 20, 64 * 2 ** 20 * ranks);
+const showMiB = (bytes) => `${+(bytes / 2 ** 20).toFixed(1)} MiB`;
+
+// A ddprun container's /dev/shm against what the doctor asks of it: the memory-backed emptyDir's
+// sizeLimit (the kubelet sizes its tmpfs so) at least the doctor's minimum for NPROC_PER_NODE
+// ranks, or DDP_DOCTOR_SHM_BYTES where the container sets it; and at most the container's memory
+// limit, since the tmpfs pages are charged to the memory cgroup of the container that writes
+// them, so a sizeLimit above it only moves the failure from the doctor to the OOM killer. A
+// missing sizeLimit is taken as the memory limit, what the kubelet mounts then.
+function checkShmSize(where, c, vol, env) {
+  const problems = [];
+  const limit = ((c.resources || {}).limits || {}).memory;
+  const size = vol.emptyDir.sizeLimit !== undefined ? quantity(vol.emptyDir.sizeLimit) : limit && quantity(limit);
+  const shown = vol.emptyDir.sizeLimit !== undefined ? `sizeLimit ${vol.emptyDir.sizeLimit}` : `no sizeLimit (memory limit ${limit})`;
+  let need;
+  let why;
+  const override = env.DDP_DOCTOR_SHM_BYTES;
+  if (override !== undefined) {
+    if (override === '<valueFrom>') return problems;   // known only on the cluster
+    if (!/^\d+$/.test(String(override))) {
+      problems.push(`${where}/${c.name}: DDP_DOCTOR_SHM_BYTES=${override} is not a whole number of bytes, which ddprun refuses`);
+      return problems;
+    }
+    need = Number(override);
+    why = `DDP_DOCTOR_SHM_BYTES ${override}`;
+  } else if (env.NPROC_PER_NODE) {
+    need = doctorShmMinBytes(Number(env.NPROC_PER_NODE));
+    why = `ddprun doctor's ${showMiB(need)} for NPROC_PER_NODE ${env.NPROC_PER_NODE} (64 MiB a rank, at least 256 MiB)`;
+  }
+  if (need !== undefined && !(size >= need)) {
+    problems.push(`${where}/${c.name}: /dev/shm emptyDir ${vol.name} has ${shown} (${showMiB(size)}), below ${why}`);
+  }
+  if (vol.emptyDir.sizeLimit !== undefined && limit && size > quantity(limit)) {
+    problems.push(`${where}/${c.name}: /dev/shm emptyDir ${vol.name} sizeLimit ${vol.emptyDir.sizeLimit} is above the ` +
+      `memory limit ${limit} it is charged to`);
+  }
+  return problems;
+}
+
 // Every container: requests = limits (Guaranteed QoS), CPU and memory set, non-root, and for the
 // trainer no more threads (ranks x OMP_NUM_THREADS, which must be set) than CPUs and a
-// memory-backed /dev/shm.
+// memory-backed /dev/shm with the room ddprun doctor wants for its ranks (checkShmSize).
 function checkPods(podSpecs) {
   const problems = [];
   for (const [where, pod, objs] of podSpecs) {
@@ -163,11 +302,14 @@ function checkPods(podSpecs) {
             `${env.OMP_NUM_THREADS} > CPU limit ${limits.cpu}`);
         }
       }
-      if (c.command[0] === 'ddprun') {
+      // ddprun itself, or behind a wrapper that runs it (overlays/export: ddp-export-model ... -- ddprun).
+      if ((c.command || []).includes('ddprun')) {
         const shm = (c.volumeMounts || []).find((m) => m.mountPath === '/dev/shm');
         const vol = shm && pod.volumes.find((v) => v.name === shm.name);
         if (!(vol && vol.emptyDir && vol.emptyDir.medium === 'Memory')) {
           problems.push(`${where}/${c.name}: /dev/shm is not a memory-backed emptyDir`);
+        } else {
+          problems.push(...checkShmSize(where, c, vol, env));
         }
       }
     }
@@ -215,34 +357,43 @@ function checkSharedVolume(r) {
   return problems;
 }
 
+// The EFA overlays (efa, graviton-efa): libfabric's efa provider, an EFA device and huge pages,
+// on an efaEnabled node group their nodeSelector picks, whose taints they tolerate and whose
+// nodes preallocate (and tell the autoscaler of) the huge pages they request.
 function checkEfa(r, cluster) {
+  return ['efa', 'graviton-efa'].flatMap((name) => checkEfaPods(name, r[name], cluster));
+}
+
+function checkEfaPods(name, objs, cluster) {
   const problems = [];
-  const job = find(r.efa, 'Job', 'ddp-train');
+  const job = find(objs, 'Job', 'ddp-train');
   const pod = podSpecOf(job);
   const c = pod.containers[0];
-  const env = containerEnv(r.efa, c);
-  if (env.DDP_BACKEND !== 'fabric') problems.push(`DDP_BACKEND is ${env.DDP_BACKEND}, not fabric`);
-  if (env.FI_PROVIDER !== 'efa') problems.push(`FI_PROVIDER is ${env.FI_PROVIDER}, not efa`);
+  const env = containerEnv(objs, c);
+  if (env.DDP_BACKEND !== 'fabric') problems.push(`${name}: DDP_BACKEND is ${env.DDP_BACKEND}, not fabric`);
+  if (env.FI_PROVIDER !== 'efa') problems.push(`${name}: FI_PROVIDER is ${env.FI_PROVIDER}, not efa`);
   const limits = c.resources.limits;
-  if (!(Number(limits['vpc.amazonaws.com/efa']) >= 1)) problems.push('no vpc.amazonaws.com/efa device requested');
-  if (!limits['hugepages-2Mi']) problems.push('no hugepages-2Mi requested');
-  const type = (pod.nodeSelector || {})['node.kubernetes.io/instance-type'];
-  const group = cluster.managedNodeGroups.find((g) => g.instanceType === type && g.efaEnabled);
-  if (!group) return [...problems, `no EFA node group of instance type ${type} in the eksctl config`];
-  for (const t of group.taints || []) {
-    const tolerated = (pod.tolerations || []).some((tol) => tol.key === t.key && tol.effect === t.effect &&
-      (tol.operator === 'Exists' || tol.value === t.value));
-    if (!tolerated) problems.push(`the EFA group's taint ${t.key}:${t.effect} is not tolerated`);
+  if (!(Number(limits['vpc.amazonaws.com/efa']) >= 1)) problems.push(`${name}: no vpc.amazonaws.com/efa device requested`);
+  if (!limits['hugepages-2Mi']) problems.push(`${name}: no hugepages-2Mi requested`);
+  const groups = cluster.managedNodeGroups.filter((g) => g.efaEnabled && selects(pod, g));
+  if (!groups.length) {
+    return [...problems, `${name}: no EFA node group in the eksctl config has the labels ${JSON.stringify(pod.nodeSelector || {})}`];
   }
-  const tags = group.tags || {};
-  const hugeTag = tags['k8s.io/cluster-autoscaler/node-template/resources/hugepages-2Mi'];
-  if (!hugeTag || quantity(hugeTag) < quantity(limits['hugepages-2Mi'])) {
-    problems.push(`autoscaler template huge pages ${hugeTag} < requested ${limits['hugepages-2Mi']}`);
-  }
-  const preallocated = (group.preBootstrapCommands || []).map((cmd) => cmd.match(/vm\.nr_hugepages=(\d+)/))
-    .filter(Boolean).map((m) => Number(m[1]) * 2 ** 21);
-  if (!preallocated.length || Math.min(...preallocated) < quantity(limits['hugepages-2Mi'])) {
-    problems.push(`nodes preallocate ${preallocated} bytes of huge pages, pods request ${limits['hugepages-2Mi']}`);
+  for (const group of groups) {
+    for (const t of group.taints || []) {
+      const tolerated = (pod.tolerations || []).some((tol) => tol.key === t.key && tol.effect === t.effect &&
+        (tol.operator === 'Exists' || tol.value === t.value));
+      if (!tolerated) problems.push(`${name}: the EFA group ${group.name}'s taint ${t.key}:${t.effect} is not tolerated`);
+    }
+    const tags = group.tags || {};
+    const hugeTag = tags['k8s.io/cluster-autoscaler/node-template/resources/hugepages-2Mi'];
+    if (!hugeTag || quantity(hugeTag) < quantity(limits['hugepages-2Mi'])) {
+      problems.push(`${name}: ${group.name}'s autoscaler template huge pages ${hugeTag} < requested ${limits['hugepages-2Mi']}`);
+    }
+    const preallocated = hugePagesOf(group);
+    if (preallocated < quantity(limits['hugepages-2Mi'])) {
+      problems.push(`${name}: ${group.name}'s nodes preallocate ${preallocated} bytes of huge pages, pods request ${limits['hugepages-2Mi']}`);
+    }
   }
   return problems;
 }
@@ -275,8 +426,74 @@ function checkCluster(cluster) {
       if (tags['k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa'] === undefined) {
         problems.push(`EFA group ${g.name} cannot scale from zero: no EFA node-template tag`);
       }
-      if (tags['k8s.io/cluster-autoscaler/node-template/label/node.kubernetes.io/instance-type'] !== g.instanceType) {
-        problems.push(`EFA group ${g.name}: no instance-type node-template tag for the overlay's nodeSelector`);
+    }
+    const type = NODE_TYPES[g.instanceType];
+    if (!type || !archOf(g.instanceType)) {
+      problems.push(`node group ${g.name}: instance type ${g.instanceType} is not in NODE_TYPES (contract.js): ` +
+        'add its vCPUs, memory, EFA devices and max pods, so that the pods\' fit can be checked');
+    } else if (g.efaEnabled && !(type.efa > 0)) {
+      problems.push(`EFA group ${g.name}: ${g.instanceType} has no EFA device`);
+    }
+  }
+  return problems;
+}
+
+// Where each pod can run. A kubernetes.io/arch selector (never an instance name) names the
+// architecture of some node group, and with node groups of both architectures every pod names
+// one: an image built for one fails on the other ("exec format error"). A pod that asks for
+// EFA devices reaches only efaEnabled groups. Its requests fit what a node of a group it reaches
+// offers (nodeAllocatable less the DaemonSets' share), and that group, where it scales from
+// zero, tells the autoscaler every label the pod selects. `pods`: [where, pod spec].
+function checkScheduling(pods, cluster) {
+  const problems = [];
+  const groups = cluster.managedNodeGroups;
+  const arches = [...new Set(groups.map((g) => archOf(g.instanceType)).filter(Boolean))].sort();
+  for (const [where, pod] of pods) {
+    const selector = pod.nodeSelector || {};
+    for (const key of ['node.kubernetes.io/instance-type', 'beta.kubernetes.io/instance-type']) {
+      if (key in selector) {
+        problems.push(`${where}: selects its nodes by instance name (${key}: ${selector[key]}); ` +
+          'select kubernetes.io/arch and ddprun/pool instead');
+      }
+    }
+    const arch = selector['kubernetes.io/arch'];
+    if (arch === undefined) {
+      if (arches.length > 1) problems.push(`${where}: no kubernetes.io/arch selector, and the node groups are ${arches.join(' and ')}`);
+    } else if (!['amd64', 'arm64'].includes(arch)) {
+      problems.push(`${where}: kubernetes.io/arch: ${arch} is neither amd64 nor arm64`);
+    } else if (!arches.includes(arch)) {
+      problems.push(`${where}: selects kubernetes.io/arch: ${arch}, but no eksctl node group is ${arch} (` +
+        `${groups.map((g) => `${g.name} ${g.instanceType} ${archOf(g.instanceType)}`).join(', ')})`);
+    }
+    const reachable = groupsFor(pod, cluster);
+    if (!reachable.length) {
+      problems.push(`${where}: no node group has the labels ${JSON.stringify(selector)} and only taints the pod tolerates`);
+      continue;
+    }
+    const need = podRequests(pod);
+    if (need['vpc.amazonaws.com/efa'] > 0) {
+      const plain = reachable.filter((g) => !g.efaEnabled);
+      if (plain.length) {
+        problems.push(`${where}: requests EFA devices, but its selector also reaches node groups without ` +
+          `efaEnabled: ${plain.map((g) => g.name).join(', ')}`);
+      }
+    }
+    const verdicts = reachable.map((g) => {
+      const allocatable = nodeAllocatable(g);
+      return [g, allocatable ? shortfalls(need, allocatable) : ['no allocatable figures for its instance type']];
+    });
+    const fitting = verdicts.filter(([, short]) => !short.length).map(([g]) => g);
+    if (!fitting.length) {
+      problems.push(`${where}: its requests (${Object.entries(need).map(([k, v]) => `${k} ${showQuantity(k, v)}`).join(', ')}) ` +
+        `fit no node group it reaches: ${verdicts.map(([g, short]) => `${g.name} (${g.instanceType}): ${short.join(', ')}`).join('; ')}`);
+    }
+    for (const g of fitting.filter((x) => x.minSize === 0)) {
+      const tags = g.tags || {};
+      for (const [k, v] of Object.entries(selector)) {
+        if ((g.labels || {})[k] !== v && tags[`k8s.io/cluster-autoscaler/node-template/label/${k}`] !== v) {
+          problems.push(`${where}: node group ${g.name} scales from zero, but no node-template tag tells the ` +
+            `autoscaler its nodes have ${k}: ${v}, which the pod selects`);
+        }
       }
     }
   }
@@ -620,15 +837,28 @@ function runChecks(r, cluster, codes, dockerfile) {
   const checks = {
     'base: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r.base, codes),
     'efa: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r.efa, codes),
+    'graviton: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r.graviton, codes),
+    'graviton-efa: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r['graviton-efa'], codes),
     'e2e: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r.e2e, codes),
     'e2e-2pods: Indexed Job, headless Service, failure policy': () => checkIndexedJob(r['e2e-2pods'], codes),
     'pods: requests = limits, non-root, threads <= CPUs, /dev/shm': () => checkPods([
-      ...jobPods('base'), ...jobPods('efa'), ...jobPods('e2e'), ...jobPods('e2e-2pods'),
-      ...jobPods('data-prep'),
+      ...jobPods('base'), ...jobPods('efa'), ...jobPods('graviton'), ...jobPods('graviton-efa'),
+      ...jobPods('doctor'), ...jobPods('monitoring'), ...jobPods('kueue'), ...jobPods('volcano'),
+      ...jobPods('e2e'), ...jobPods('e2e-2pods'), ...jobPods('data-prep'),
       ...jobPods('eval'), ...jobPods('export'), ...jobPods('export-train'), ...pytorchPods, ...elasticPods]),
     'shared volume: data prep -> train -> eval paths, EFS claim': () => checkSharedVolume(r),
     'efa: fabric backend, EFA device, huge pages, eksctl node group': () => checkEfa(r, cluster),
-    'eksctl: OIDC, EFS CSI, autoscaler tags, EFA group': () => checkCluster(cluster),
+    'eksctl: OIDC, EFS CSI, autoscaler tags, EFA groups, known instance types': () => checkCluster(cluster),
+    'scheduling: kubernetes.io/arch of a node group, EFA only on efaEnabled groups, requests fit the node type': () =>
+      checkScheduling([
+        ...['base', 'efa', 'graviton', 'graviton-efa', 'monitoring', 'kueue', 'volcano', 'data-prep', 'eval',
+          'export', 'export-train'].flatMap(jobPods),
+        ...pytorchPods, ...elasticPods,
+        ...Object.entries(find(r.mpijob, 'MPIJob').spec.mpiReplicaSpecs)
+          .map(([type, s]) => [`mpijob/${type}`, s.template.spec, r.mpijob]),
+        ...r.elasticjob.filter((o) => o.kind === 'Deployment')
+          .map((d) => [`elasticjob/${d.metadata.name}`, d.spec.template.spec, r.elasticjob]),
+      ], cluster),
     'pytorchjob: same program and flags, NODES pods': () => checkPyTorchJob(r),
     'image: USER matches runAsUser': () => checkImageUser(r, dockerfile),
     'export: IRSA ServiceAccount = the eksctl role, its policy covers DDP_EXPORT_S3_URI, training\'s checkpoints': () =>
@@ -638,18 +868,19 @@ function runChecks(r, cluster, codes, dockerfile) {
     'elasticjob: rdzvEndpoint = the etcd Service, replicas in range, the Job\'s program': () => checkElasticJob(r),
     'metrics: one port in PET_METRICS_PORT, annotations, container, NetworkPolicy, PodMonitor': () =>
       checkMetrics([
-        ...['base', 'efa', 'monitoring'].map((n) => [n, find(r[n], 'Job', 'ddp-train').spec.template, r[n]]),
+        ...['base', 'efa', 'graviton', 'graviton-efa', 'monitoring'].map((n) => [n, find(r[n], 'Job', 'ddp-train').spec.template, r[n]]),
         ...Object.entries(find(r.pytorchjob, 'PyTorchJob').spec.pytorchReplicaSpecs)
           .map(([type, spec]) => [`pytorchjob/${type}`, spec.template, r.pytorchjob]),
       ]),
     'health: TORCHELASTIC_HEALTH_CHECK_PORT, container port, liveness probe': () =>
       checkHealth([
-        ...['base', 'efa', 'monitoring'].map((n) => [n, find(r[n], 'Job', 'ddp-train').spec.template, r[n]]),
+        ...['base', 'efa', 'graviton', 'graviton-efa', 'monitoring'].map((n) => [n, find(r[n], 'Job', 'ddp-train').spec.template, r[n]]),
         ...Object.entries(find(r.pytorchjob, 'PyTorchJob').spec.pytorchReplicaSpecs)
           .map(([type, spec]) => [`pytorchjob/${type}`, spec.template, r.pytorchjob]),
       ]),
     'join token: Secret mounted at DDPRUN_RDZV_TOKEN_FILE, NetworkPolicy admits the job': () =>
-      checkJoinToken([...jobPods('base'), ...jobPods('efa'), ...jobPods('e2e'), ...jobPods('e2e-2pods'),
+      checkJoinToken([...jobPods('base'), ...jobPods('efa'), ...jobPods('graviton'), ...jobPods('graviton-efa'),
+        ...jobPods('e2e'), ...jobPods('e2e-2pods'),
         ...jobPods('export-train'), ...pytorchPods, ...elasticPods].map(([where, spec, objs]) => {
         if (spec === elasticTemplate.spec) return [where, spec, objs, elasticTemplate.metadata.labels || {}];
         const owner = objs.find((o) => (o.kind === 'Job' && podSpecOf(o) === spec) ||
@@ -688,14 +919,63 @@ const mutations = [
     (r) => { find(r.base, 'ConfigMap').data.NPROC_PER_NODE = '64'; }],
   ['pods: requests = limits, non-root, threads <= CPUs, /dev/shm', 'OpenMP left to its default',
     (r) => { delete find(r.efa, 'ConfigMap').data.OMP_NUM_THREADS; }],
+  ['pods: requests = limits, non-root, threads <= CPUs, /dev/shm', '60 ranks with a 1Gi /dev/shm',
+    (r) => { podSpecOf(find(r.graviton, 'Job')).volumes.find((v) => v.name === 'dshm').emptyDir.sizeLimit = '1Gi'; }],
+  ['pods: requests = limits, non-root, threads <= CPUs, /dev/shm', 'a /dev/shm larger than the memory limit it is charged to',
+    (r) => { podSpecOf(find(r.base, 'Job')).volumes.find((v) => v.name === 'dshm').emptyDir.sizeLimit = '16Gi'; }],
+  ['pods: requests = limits, non-root, threads <= CPUs, /dev/shm', 'DDP_DOCTOR_SHM_BYTES above the /dev/shm it checks',
+    (r) => { find(r.base, 'ConfigMap').data.DDP_DOCTOR_SHM_BYTES = String(2 * 2 ** 30); }],
   ['shared volume: data prep -> train -> eval paths, EFS claim', 'eval reads another checkpoint directory',
     (r) => { podSpecOf(find(r.eval, 'Job')).containers[0].args[1] = '--checkpoint=/ckpt/other'; }],
   ['shared volume: data prep -> train -> eval paths, EFS claim', 'data prep stages elsewhere',
     (r) => { podSpecOf(find(r['data-prep'], 'Job')).containers[0].args[0] = '--dest=/shared/elsewhere'; }],
   ['efa: fabric backend, EFA device, huge pages, eksctl node group', 'TCP backend on EFA',
     (r) => { find(r.efa, 'ConfigMap').data.DDP_BACKEND = 'gloo'; }],
+  ['efa: fabric backend, EFA device, huge pages, eksctl node group', 'TCP backend on Graviton EFA',
+    (r) => { find(r['graviton-efa'], 'ConfigMap').data.DDP_BACKEND = 'gloo'; }],
+  ['efa: fabric backend, EFA device, huge pages, eksctl node group', 'Graviton EFA nodes preallocating fewer huge pages than requested',
+    (r, cluster) => {
+      const g = cluster.managedNodeGroups.find((x) => x.efaEnabled && archOf(x.instanceType) === 'arm64');
+      g.preBootstrapCommands = g.preBootstrapCommands.map((cmd) => cmd.replace(/nr_hugepages=\d+/, 'nr_hugepages=1024'));
+    }],
   ['eksctl: OIDC, EFA group', 'EFA group in two AZs',
     (r, cluster) => { cluster.managedNodeGroups.find((g) => g.efaEnabled).availabilityZones.push('us-west-2b'); }],
+  ['eksctl: OIDC, EFA group', 'a node group of an instance type without allocatable figures',
+    (r, cluster) => { cluster.managedNodeGroups.find((g) => archOf(g.instanceType) === 'arm64').instanceType = 'c7g.12xlarge'; }],
+  ['eksctl: OIDC, EFA group', 'efaEnabled on an instance type without EFA',
+    (r, cluster) => {
+      const g = cluster.managedNodeGroups.find((x) => x.instanceType === 'c6i.2xlarge');
+      Object.assign(g, { efaEnabled: true, availabilityZones: ['us-west-2a'], placement: { groupName: 'x' } });
+      g.tags['k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa'] = '1';
+    }],
+  ['scheduling:', 'an arm64 selector and no arm64 node group',
+    (r, cluster) => { cluster.managedNodeGroups = cluster.managedNodeGroups.filter((g) => archOf(g.instanceType) !== 'arm64'); }],
+  ['scheduling:', 'a Graviton pod larger than a c7g.16xlarge offers',
+    (r) => {
+      const { requests, limits } = podSpecOf(find(r.graviton, 'Job')).containers[0].resources;
+      requests.cpu = limits.cpu = '64';
+    }],
+  ['scheduling:', 'memory that fits a c7g.16xlarge but not a c7gn.16xlarge less its huge pages',
+    (r) => {
+      const { requests, limits } = podSpecOf(find(r['graviton-efa'], 'Job')).containers[0].resources;
+      requests.memory = limits.memory = '104Gi';
+    }],
+  ['scheduling:', 'EFA devices requested on the Graviton CPU nodes, which are not efaEnabled',
+    (r) => {
+      const { requests, limits } = podSpecOf(find(r.graviton, 'Job')).containers[0].resources;
+      requests['vpc.amazonaws.com/efa'] = limits['vpc.amazonaws.com/efa'] = '1';
+    }],
+  ['scheduling:', 'nodes chosen by instance name',
+    (r) => { podSpecOf(find(r.graviton, 'Job')).nodeSelector['node.kubernetes.io/instance-type'] = 'c7g.16xlarge'; }],
+  ['scheduling:', 'a pod that names no architecture on a cluster of both',
+    (r) => { delete podSpecOf(find(r.base, 'Job')).nodeSelector['kubernetes.io/arch']; }],
+  ['scheduling:', 'an architecture the kubelet does not write',
+    (r) => { podSpecOf(find(r.graviton, 'Job')).nodeSelector['kubernetes.io/arch'] = 'aarch64'; }],
+  ['scheduling:', 'a Graviton group scaling from zero whose node template lacks kubernetes.io/arch',
+    (r, cluster) => {
+      const g = cluster.managedNodeGroups.find((x) => archOf(x.instanceType) === 'arm64' && !x.efaEnabled);
+      delete g.tags['k8s.io/cluster-autoscaler/node-template/label/kubernetes.io/arch'];
+    }],
   ['join token: Secret mounted at DDPRUN_RDZV_TOKEN_FILE, NetworkPolicy admits the job', 'token file outside the Secret',
     (r) => { find(r.base, 'ConfigMap').data.DDPRUN_RDZV_TOKEN_FILE = '/tmp/token'; }],
   ['join token: Secret mounted at DDPRUN_RDZV_TOKEN_FILE, NetworkPolicy admits the job', 'policy selects other pods',
@@ -753,7 +1033,7 @@ function main() {
   const codes = readExitCodes(args['exit-codes']);
   const load = () => {
     const r = {};
-    for (const name of ['base', 'efa', 'pytorchjob', 'monitoring', 'kueue', 'volcano', 'mpijob', 'elasticjob',
+    for (const name of ['base', 'efa', 'graviton', 'graviton-efa', 'doctor', 'pytorchjob', 'monitoring', 'kueue', 'volcano', 'mpijob', 'elasticjob',
       'data-prep', 'eval', 'efs', 'e2e', 'e2e-2pods', 'export', 'export-train']) {
       r[name] = loadAll(path.join(args.rendered, `${name}.yaml`));
     }
