@@ -3,6 +3,17 @@ find_package(Torch REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(fmt REQUIRED)
 find_package(Gloo REQUIRED)
+# Debian's Gloo package names its library by an absolute path (/usr/lib/libgloo.so.0.5.0), which in
+# a cross build (cmake/toolchains/aarch64.cmake) is the host's: point it into the sysroot.
+if(CMAKE_CROSSCOMPILING AND CMAKE_SYSROOT)
+  foreach(property IMPORTED_LOCATION IMPORTED_LOCATION_NONE IMPORTED_LOCATION_RELEASE
+                   IMPORTED_LOCATION_RELWITHDEBINFO IMPORTED_LOCATION_DEBUG)
+    get_target_property(location gloo ${property})
+    if(location AND NOT location MATCHES "^${CMAKE_SYSROOT}/" AND EXISTS "${CMAKE_SYSROOT}${location}")
+      set_target_properties(gloo PROPERTIES ${property} "${CMAKE_SYSROOT}${location}")
+    endif()
+  endforeach()
+endif()
 find_package(ZLIB REQUIRED)
 find_package(cxxopts REQUIRED)
 find_package(Threads REQUIRED)

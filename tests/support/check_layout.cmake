@@ -6,8 +6,8 @@ cmake_minimum_required(VERSION 3.25)
 # path=the units it covers (lib/src/ or launcher/ relative, without .cpp); a test of one unit that
 # also covers others (its per-instruction-set variants, say) is listed the same way.
 set(folder_tests
-  "lib/comm/reduce_kernels_test.cpp=comm/reduce_kernels_avx2 comm/reduce_kernels_avx512 comm/reduce_kernels_baseline comm/reduce_kernels_float16 cpu_features"
-  "lib/models/activation_kernels_test.cpp=models/activation_kernels_avx512 models/activation_kernels_baseline"
+  "lib/comm/reduce_kernels_test.cpp=comm/reduce_kernels_avx2 comm/reduce_kernels_avx512 comm/reduce_kernels_sve comm/reduce_kernels_baseline comm/reduce_kernels_float16 cpu_features"
+  "lib/models/activation_kernels_test.cpp=models/activation_kernels_avx512 models/activation_kernels_sve models/activation_kernels_baseline"
   "lib/store_server_test.cpp=store/wire"
   "lib/env_test.cpp=env_vars"
   "lib/store_test.cpp=net/tcp_probe store/tcp_backend"
@@ -81,7 +81,7 @@ endforeach()
 file(GLOB top RELATIVE "${SOURCE_DIR}/tests" "${SOURCE_DIR}/tests/*")
 foreach(entry IN LISTS top)
   if(IS_DIRECTORY "${SOURCE_DIR}/tests/${entry}" AND NOT entry MATCHES
-     "^(lib|launcher|multiprocess|support|deploy|interop|consumer|bench)$")
+     "^(lib|launcher|multiprocess|support|deploy|interop|consumer|bench|arm64)$")
     list(APPEND errors "tests/${entry}/: not a folder of the layout (see tests/CMakeLists.txt)")
   endif()
 endforeach()

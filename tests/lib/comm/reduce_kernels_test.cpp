@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -306,6 +307,22 @@ TEST(ReduceKernels, AnUnknownOrUnsupportedCapIsAConfigErrorNamingTheVariable) {
   EXPECT_THROW(select_reduce_kernels("avx2"), ConfigError);
 #else
   EXPECT_THROW(select_reduce_kernels("sve"), ConfigError);
+#endif
+}
+
+// Under qemu-aarch64 (the arm64 label) QEMU_CPU names the CPU model: qemu's max has SVE and BF16,
+// neoverse-n1 and cortex-a72 neither. The kernels chosen must follow, so that a broken hwcap check
+// cannot turn the label's exactness tests into skips.
+TEST(ReduceKernels, UnderQemuTheCpuModelPicksTheKernels) {
+#if !defined(__aarch64__)
+  GTEST_SKIP() << "arm64 only (the arm64 label runs it under qemu)";
+#else
+  const char* cpu = std::getenv("QEMU_CPU");
+  if (cpu == nullptr) GTEST_SKIP() << "QEMU_CPU is not set: not under the arm64 label's qemu";
+  const bool max = std::string(cpu).rfind("max", 0) == 0;
+  EXPECT_EQ(cpu_runs_sve(), max) << cpu;
+  EXPECT_EQ(cpu_computes_bf16_natively(), max) << cpu;
+  EXPECT_STREQ(select_reduce_kernels(nullptr).isa, max ? "sve" : "baseline") << cpu;
 #endif
 }
 
