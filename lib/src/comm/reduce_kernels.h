@@ -4,8 +4,8 @@
 //
 // The loops (reduce_kernel_loops.h) are compiled once per instruction set, for the baseline the
 // library targets (on arm64 that is NEON), on x86-64 for x86-64-v3 (AVX2) and x86-64-v4
-// (AVX-512), and on arm64 for SVE; the widest the CPU runs is chosen on first use. Every variant computes the same bits, so ranks on different
-// CPUs still agree.
+// (AVX-512), and on arm64 for SVE; the widest the CPU runs is chosen on first use. Every variant
+// computes the same bits, so ranks on different CPUs still agree.
 #include <cstddef>
 
 #include "ddp/comm/types.h"
