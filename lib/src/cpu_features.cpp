@@ -65,20 +65,24 @@ const char* native_bf16_feature() { return "native bfloat16"; }
 
 namespace {
 
-// Each instruction set with the CPU level it needs, for messages.
+bool runs_baseline() { return true; }
+
+// Each instruction set with the CPU level it needs (for messages) and the check that this CPU
+// runs it.
 struct KernelIsa {
   const char* name;
   const char* needs;
+  bool (*runs)();
 };
 #if defined(__x86_64__)
-constexpr KernelIsa kIsas[] = {{"baseline", "x86-64"},
-                               {"avx2", "x86-64-v3 (AVX2, FMA, BMI2, F16C)"},
-                               {"avx512", "x86-64-v4 (AVX-512 F/BW/CD/DQ/VL)"}};
+constexpr KernelIsa kIsas[] = {{"baseline", "x86-64", runs_baseline},
+                               {"avx2", "x86-64-v3 (AVX2, FMA, BMI2, F16C)", cpu_runs_x86_64_v3},
+                               {"avx512", "x86-64-v4 (AVX-512 F/BW/CD/DQ/VL)", cpu_runs_x86_64_v4}};
 #elif defined(__aarch64__)
-constexpr KernelIsa kIsas[] = {{"baseline", "armv8-a (NEON)"},
-                               {"sve", "SVE (Graviton3 and later; not Graviton2)"}};
+constexpr KernelIsa kIsas[] = {{"baseline", "armv8-a (NEON)", runs_baseline},
+                               {"sve", "SVE (Graviton3 and later; not Graviton2)", cpu_runs_sve}};
 #else
-constexpr KernelIsa kIsas[] = {{"baseline", "the build's target"}};
+constexpr KernelIsa kIsas[] = {{"baseline", "the build's target", runs_baseline}};
 #endif
 constexpr int kIsaCount = static_cast<int>(sizeof(kIsas) / sizeof(kIsas[0]));
 
@@ -104,12 +108,8 @@ int kernel_isa_count() { return kIsaCount; }
 const char* kernel_isa(int i) { return kIsas[i].name; }
 
 bool cpu_runs_isa(const char* isa) {
-  const std::string name = isa;
-  if (name == "baseline") return true;
-  if (name == "avx2") return cpu_runs_x86_64_v3();
-  if (name == "avx512") return cpu_runs_x86_64_v4();
-  if (name == "sve") return cpu_runs_sve();
-  return false;
+  const int rank = isa_rank(isa);
+  return rank >= 0 && kIsas[rank].runs();
 }
 
 bool isa_allowed(const char* isa, const char* cap) {

@@ -31,8 +31,9 @@ const ActivationKernels* activation_kernels_for(const char* isa) {
 
 const ActivationKernels& select_activation_kernels(const char* cap) {
   if (cap) ddp::detail::check_isa_cap(cap);
-  // Variants exist for baseline, avx512 and sve: an avx2 cap takes the baseline.
-  for (const char* isa : {"avx512", "sve"}) {
+  // The widest allowed set with a variant (none for avx2: an avx2 cap takes the baseline).
+  for (int i = ddp::detail::kernel_isa_count() - 1; i > 0; --i) {
+    const char* isa = ddp::detail::kernel_isa(i);
     if (!ddp::detail::isa_allowed(isa, cap)) continue;
     if (const ActivationKernels* fast = activation_kernels_for(isa)) return *fast;
   }
