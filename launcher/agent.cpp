@@ -10,20 +10,20 @@
 #include <optional>
 #include <sstream>
 
+#include "config/python_hook.h"
 #include "ddp/error.h"
 #include "ddp/exit_codes.h"
 #include "ddp/log.h"
 #include "ddp/net/tcp_probe.h"
-#include "doctor.h"
-#include "event_log.h"
-#include "failure_report.h"
-#include "heartbeat.h"
-#include "python_hook.h"
-#include "rendezvous.h"
-#include "store_rendezvous.h"
-#include "supervisor.h"
-#include "trace_merge.h"
-#include "worker_process.h"
+#include "diagnosis/failure_report.h"
+#include "diagnosis/trace_merge.h"
+#include "doctor/doctor.h"
+#include "metrics/event_log.h"
+#include "rendezvous/heartbeat.h"
+#include "rendezvous/rendezvous.h"
+#include "rendezvous/store_rendezvous.h"
+#include "supervision/supervisor.h"
+#include "supervision/worker_process.h"
 
 namespace ddprun {
 namespace {

@@ -1,9 +1,9 @@
 #pragma once
 // One node's agent from start to exit: rendezvous, rounds of workers, restarts, the exit
 // barrier, the root-cause summary and error file, and the exit code (ddp/exit_codes.h).
-#include "host_facts.h"
-#include "launch_config.h"
-#include "signal_inbox.h"
+#include "config/host_facts.h"
+#include "config/launch_config.h"
+#include "supervision/signal_inbox.h"
 
 namespace ddprun {
 

@@ -5,13 +5,13 @@
 #include <vector>
 
 #include "agent.h"
-#include "command_line.h"
+#include "config/command_line.h"
+#include "config/host_facts.h"
+#include "config/launch_config.h"
 #include "ddp/exit_codes.h"
 #include "ddp/log.h"
 #include "ddp/settings.h"
-#include "host_facts.h"
-#include "launch_config.h"
-#include "signal_inbox.h"
+#include "supervision/signal_inbox.h"
 
 int main(int argc, char** argv) {
   ddp::log::logger().set_pattern("[%H:%M:%S.%e] [ddprun] [%l] %v");

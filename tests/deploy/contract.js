@@ -237,7 +237,7 @@ function checkFailurePolicy(job, containerName, codes) {
 
 // The free room ddprun doctor (and ddprun --preflight) requires in /dev/shm for a node's ranks,
 // unless DDP_DOCTOR_SHM_BYTES says otherwise: 64 MiB per rank, at least 256 MiB
-// (launcher/doctor_report.cpp, default_shm_min_bytes).
+// (launcher/doctor/doctor_report.cpp, default_shm_min_bytes).
 const doctorShmMinBytes = (ranks) => Math.max(256 * 2 ** 20, 64 * 2 ** 20 * ranks);
 const showMiB = (bytes) => `${+(bytes / 2 ** 20).toFixed(1)} MiB`;
 

@@ -1,16 +1,17 @@
 cmake_minimum_required(VERSION 3.25)
 # cmake -DSOURCE_DIR=<repo> -P check_layout.cmake
 # The tests mirror the code: tests/lib/X/y_test.cpp tests lib/src/X/y.cpp (or y.h), and
-# tests/launcher/y_test.cpp tests launcher/y.cpp. A test of a whole folder's behaviour, rather
+# tests/launcher/X/y_test.cpp tests launcher/X/y.cpp. A test of a whole folder's behaviour, rather
 # than one file's, is listed below with what it covers. Prints the sources no test names yet.
 # path=the units it covers (lib/src/ or launcher/ relative, without .cpp); a test of one unit that
 # also covers others (its per-instruction-set variants, say) is listed the same way.
 set(folder_tests
-  "lib/comm/reduce_kernels_test.cpp=comm/reduce_kernels_avx2 comm/reduce_kernels_avx512 comm/reduce_kernels_sve comm/reduce_kernels_baseline comm/reduce_kernels_float16 cpu_features"
+  "lib/comm/reduce_kernels_test.cpp=comm/reduce_kernels_avx2 comm/reduce_kernels_avx512 comm/reduce_kernels_sve comm/reduce_kernels_baseline comm/reduce_kernels_float16 base/cpu_features"
   "lib/models/activation_kernels_test.cpp=models/activation_kernels_avx512 models/activation_kernels_sve models/activation_kernels_baseline"
-  "lib/store_server_test.cpp=store/wire"
-  "lib/env_test.cpp=env_vars"
-  "lib/store_test.cpp=net/tcp_probe store/tcp_backend"
+  "lib/store/server_test.cpp=store/wire store/server_queries"
+  "lib/base/env_test.cpp=base/env_vars"
+  "lib/store/store_test.cpp=net/tcp_probe store/tcp_backend"
+  "lib/store/etcd_backend_test.cpp=store/etcd_curl"
   "lib/comm/backend_loading_test.cpp=comm/factory comm/fabric_module comm/signal_dispositions"
   "lib/comm/collectives/collectives_test.cpp=comm/collectives/barrier comm/collectives/broadcast comm/collectives/direct comm/collectives/recursive_doubling comm/collectives/ring comm/collectives/peer_transport"
   "lib/comm/fabric/connection_parts_test.cpp=comm/fabric/provider_selection comm/fabric/host_identity comm/fabric/address_exchange comm/fabric/peer_liveness comm/fabric/proc_stat comm/fabric/shm_region_names"
@@ -22,13 +23,13 @@ set(folder_tests
 set(multiprocess_tests
   "multiprocess/comm/conformance_test.cpp=comm/communicator comm/transport_communicator comm/types"
   "multiprocess/comm/gloo_backend_test.cpp=comm/gloo/gloo_communicator comm/gloo/gloo_device comm/gloo/gloo_direct_exchange comm/gloo/gloo_payload_exchange comm/gloo/gloo_peer_transport comm/gloo/gloo_store_bridge"
-  "multiprocess/comm/init_process_group_test.cpp=distributed"
+  "multiprocess/comm/init_process_group_test.cpp=comm/distributed"
   "multiprocess/fabric/fabric_process_test.cpp=comm/fabric/fabric_communicator comm/fabric/fabric_connection comm/fabric/fabric_endpoint comm/fabric/fabric_info comm/fabric/fabric_transport comm/fabric/fabric_transport_agreement comm/fabric/fabric_transport_liveness comm/fabric/fabric_transport_teardown comm/fabric/cross_memory_attach comm/fabric/module_entry_point"
   "multiprocess/parallel/distributed_data_parallel_test.cpp=parallel/distributed_data_parallel parallel/tensor_buffer"
   "multiprocess/train/trainer_test.cpp=train/trainer train/evaluation"
-  "multiprocess/launcher/launcher_process_test.cpp=launcher/agent launcher/command_line launcher/failure_report launcher/host_facts launcher/main launcher/signal_inbox launcher/store_rendezvous launcher/supervisor launcher/worker_output launcher/worker_process"
-  "multiprocess/launcher/netns_pods_test.cpp=launcher/kubernetes launcher/doctor launcher/allreduce_sweep"
-  "multiprocess/launcher/hang_process_test.cpp=launcher/hang_watch")
+  "multiprocess/launcher/launcher_process_test.cpp=launcher/agent launcher/config/command_line launcher/diagnosis/failure_report launcher/config/host_facts launcher/main launcher/supervision/signal_inbox launcher/rendezvous/store_rendezvous launcher/supervision/supervisor launcher/supervision/worker_output launcher/supervision/worker_process"
+  "multiprocess/launcher/netns_pods_test.cpp=launcher/config/kubernetes launcher/doctor/doctor launcher/doctor/allreduce_sweep"
+  "multiprocess/launcher/hang_process_test.cpp=launcher/diagnosis/hang_watch")
 set(allowed "")
 set(covered "")
 foreach(entry IN LISTS folder_tests multiprocess_tests)
@@ -81,7 +82,7 @@ endforeach()
 file(GLOB top RELATIVE "${SOURCE_DIR}/tests" "${SOURCE_DIR}/tests/*")
 foreach(entry IN LISTS top)
   if(IS_DIRECTORY "${SOURCE_DIR}/tests/${entry}" AND NOT entry MATCHES
-     "^(lib|launcher|multiprocess|support|deploy|interop|consumer|bench|arm64)$")
+     "^(lib|launcher|multiprocess|support|deploy|interop|consumer|bench|arm64|lint)$")
     list(APPEND errors "tests/${entry}/: not a folder of the layout (see tests/CMakeLists.txt)")
   endif()
 endforeach()
@@ -94,7 +95,7 @@ foreach(area IN ITEMS lib launcher)
   if(area STREQUAL "lib")
     file(GLOB_RECURSE sources RELATIVE "${SOURCE_DIR}/lib/src" "${SOURCE_DIR}/lib/src/*.cpp")
   else()
-    file(GLOB sources RELATIVE "${SOURCE_DIR}/launcher" "${SOURCE_DIR}/launcher/*.cpp")
+    file(GLOB_RECURSE sources RELATIVE "${SOURCE_DIR}/launcher" "${SOURCE_DIR}/launcher/*.cpp")
   endif()
   foreach(source IN LISTS sources)
     string(REGEX REPLACE "\\.cpp$" "" unit "${source}")

@@ -1,9 +1,9 @@
 #pragma once
-// Every DDP_* setting, declared once: name, type, default, accepted values, who reads it and what
-// it does (the model is aws-ofi-nccl's nccl_ofi_param.h). The library and ddprun read their
-// settings only through this header, so a malformed value fails the same way wherever it is read;
-// `ddprun --print-settings` shows the values in effect and where each came from, and the README's
-// settings table is generated from all() (markdown_table(); a test compares the two).
+// Every DDP_* and DDPRUN_* setting, declared once: name, type, default, accepted values, who reads
+// it and what it does (the model is aws-ofi-nccl's nccl_ofi_param.h). The library and ddprun read
+// their settings only through this header, so a malformed value fails the same way wherever it is
+// read; `ddprun --print-settings` shows the values in effect and where each came from, and the
+// README's settings table is generated from all() (markdown_table(); a test compares the two).
 //
 // The worker environment of torchrun's contract (RANK, WORLD_SIZE, MASTER_ADDR, ...) is not a
 // setting: ddp/env.h reads it.
@@ -26,7 +26,11 @@ enum class Type {
 struct Setting {
   const char* name;
   Type type;
-  // The value in effect when the variable is unset, as the table shows it.
+  // The value in effect when the variable is unset, as the table shows it. The typed default,
+  // declared nowhere else: a plain value of the setting's type ("1800", "gloo"), which may be
+  // followed by a note in parentheses ("0 (links are judged ...)"); the *_or_default readers
+  // below return it. Anything else describes a default that its reader computes ("per
+  // transport ...") and has no typed default.
   const char* default_text;
   // kInteger and kBytes: the accepted range.
   long min_value;
@@ -35,7 +39,8 @@ struct Setting {
   const char* choices;
   // Another variable read when this one is unset ("" for none), e.g. GLOO_SOCKET_IFNAME.
   const char* fallback;
-  // Who reads it: "library" (every program built on ddp::ddp, in the worker), "ddprun", "tests".
+  // Who reads it: "library" (every program built on ddp::ddp, in the worker), "ddprun",
+  // "ddprun_torch" (the Python backend), "tests".
   const char* read_by;
   const char* doc;
 };
@@ -403,6 +408,28 @@ inline constexpr Setting kDoctorSweepFile{
     "Where ddprun-allreduce-sweep's rank 0 writes the bus bandwidth it measured, for the doctor's "
     "table."};
 
+inline constexpr Setting kRdzvTokenFile{
+    "DDPRUN_RDZV_TOKEN_FILE",
+    Type::kText,
+    "none (no join token: every address may join)",
+    0,
+    0,
+    "",
+    "",
+    "ddprun",
+    "The file holding the job's join token, as --rdzv-conf token_file= (which wins): agents "
+    "present it, and the store admits no other address without it."};
+inline constexpr Setting kTorchLib{
+    "DDPRUN_TORCH_LIB",
+    Type::kText,
+    "the libddp_capi.so.0 bundled with ddprun_torch, else the loader's search",
+    0,
+    0,
+    "",
+    "",
+    "ddprun_torch",
+    "Another libddp_capi.so.0 for the Python backend ddprun_torch to load (lib/python/README.md)."};
+
 // --- Test hooks (never needed in production) ----------------------------------------------------
 inline constexpr Setting kTestHostId{
     "DDP_TEST_HOST_ID",
@@ -457,6 +484,14 @@ std::optional<long> integer(const Setting& setting);
 std::optional<bool> boolean(const Setting& setting);
 // A kChoice setting's spelling, checked against its choices; nullopt when unset.
 std::optional<std::string> spelling(const Setting& setting);
+
+// The same, with the declared default (default_text) when unset. A setting without a typed default
+// throws std::logic_error: its reader must compute the default (has_typed_default tells).
+long integer_or_default(const Setting& setting);
+bool boolean_or_default(const Setting& setting);
+std::string spelling_or_default(const Setting& setting);
+// Whether default_text is a plain value of the setting's type, within its range or choices.
+bool has_typed_default(const Setting& setting);
 
 // A kChoice setting mapped to `T`: `mapping` pairs each of the setting's spellings with its value.
 template <typename T>

@@ -84,7 +84,7 @@ Communicator::Communicator(int rank, int size, CommOptions options)
   if (options_.timeout.count() <= 0) {
     throw ConfigError("communicator timeout must be positive");
   }
-  const auto entries = settings::integer(settings::kFlightRecorderEntries).value_or(256);
+  const auto entries = settings::integer_or_default(settings::kFlightRecorderEntries);
   std::string file;
   if (auto path = settings::text(settings::kFlightRecorderFile)) {
     bool taken = false;
@@ -101,8 +101,7 @@ Communicator::Communicator(int rank, int size, CommOptions options)
     throw;
   }
   recorder_->set_thresholds(
-      std::chrono::seconds(settings::integer(settings::kHangWarnSec).value_or(60)),
-      options_.timeout);
+      std::chrono::seconds(settings::integer_or_default(settings::kHangWarnSec)), options_.timeout);
   detail::AbortNotice::watch_file_from_environment(rank);
   // Chooses the reduction kernels now (DDP_ISA), so that a bad setting fails here, before
   // any peer waits on this rank, rather than inside the first collective.

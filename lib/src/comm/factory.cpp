@@ -39,7 +39,7 @@ void require_available(const std::string& backend, const char* origin) {
 }  // namespace
 
 std::string backend_from_env() {
-  const std::string backend = settings::spelling(settings::kBackend).value_or("gloo");
+  const std::string backend = settings::spelling_or_default(settings::kBackend);
   require_available(backend, "DDP_BACKEND");
   return backend;
 }

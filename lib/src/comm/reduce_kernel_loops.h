@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "bfloat16_bits.h"
+#include "base/bfloat16_bits.h"
 #include "comm/reduce_kernels.h"
 
 namespace ddp::detail {

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include "cpu_features.h"
+#include "base/cpu_features.h"
 #include "ddp/error.h"
 
 namespace ddp::detail {

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "bfloat16_bits.h"
+#include "base/bfloat16_bits.h"
 #include "models/activation_kernels.h"
 
 namespace ddp::models::detail {

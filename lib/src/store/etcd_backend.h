@@ -4,8 +4,7 @@
 // /v3/kv/txn; keys and values base64, 64-bit integers as JSON strings, absent fields 0, false or
 // empty).
 //
-// libcurl is loaded at run time (dlopen of libcurl.so.4), not linked, so that ddprun needs
-// nothing but glibc where the etcd backend is not used.
+// libcurl is loaded at run time (etcd_curl.h); the JSON is etcd_json.h's.
 //
 // How the operations map onto etcd, on full keys:
 //   set: a put; get: a range of the key; remove: a deleterange.
@@ -38,11 +37,6 @@ namespace ddp::detail {
 std::shared_ptr<StoreBackend> connect_etcd(const EtcdOptions& options,
                                            std::chrono::milliseconds connect_timeout,
                                            std::chrono::milliseconds request_timeout);
-
-// Standard base64 (RFC 4648, with padding), as etcd's JSON gateway writes bytes.
-std::string base64_encode(std::string_view bytes);
-// nullopt when `text` is not base64 of that form (a wrong character, length or padding).
-std::optional<std::string> base64_decode(std::string_view text);
 
 // Where an endpoint ("host:port", "[v6]:port", "http(s)://host:port[/]") points; port 2379
 // when none is given, scheme empty when none is. nullopt when it is not of that form.

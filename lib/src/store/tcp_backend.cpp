@@ -17,7 +17,6 @@
 #include "ddp/log.h"
 #include "ddp/net/tcp_probe.h"
 #include "ddp/settings.h"
-#include "ddp/store_server.h"
 #include "store/wire.h"
 
 namespace ddp::detail {
@@ -114,7 +113,7 @@ struct TcpStoreBackend::Impl {
   int port = 0;
   milliseconds timeout{};
   StoreConnectOptions options;
-  std::unique_ptr<StoreServer> server;  // when this process hosts the store
+  std::shared_ptr<const void> owned;  // the server, when this process hosts the store
   std::mutex mu;
   int fd = -1;
   Dialect dialect = Dialect::kModern;
@@ -197,7 +196,7 @@ struct TcpStoreBackend::Impl {
   void present_token(Clock::time_point deadline) {
     store::Writer w;
     w.u8(*store::encode_op(dialect, Op::kCompareSet))
-        .bytes(StoreServer::kJoinKey)
+        .bytes(store::kJoinKey)
         .bytes(*options.join_token)
         .bytes("");
     write_all(fd, w.data(), deadline);
@@ -334,8 +333,8 @@ std::shared_ptr<TcpStoreBackend> TcpStoreBackend::connect(const std::string& hos
   return std::shared_ptr<TcpStoreBackend>(new TcpStoreBackend(std::move(impl)));
 }
 
-void TcpStoreBackend::keep_server(std::unique_ptr<StoreServer> server) {
-  impl_->server = std::move(server);
+void TcpStoreBackend::keep_alive(std::shared_ptr<const void> owned) {
+  impl_->owned = std::move(owned);
 }
 
 void TcpStoreBackend::set(const std::string& key, const std::string& value) {

@@ -9,10 +9,6 @@
 #include "ddp/store.h"
 #include "store/store_backend.h"
 
-namespace ddp {
-class StoreServer;
-}
-
 namespace ddp::detail {
 
 class TcpStoreBackend final : public StoreBackend {
@@ -24,8 +20,9 @@ class TcpStoreBackend final : public StoreBackend {
                                                   const StoreConnectOptions& options);
   ~TcpStoreBackend() override;
 
-  // Keeps the server this process hosts alive as long as the client.
-  void keep_server(std::unique_ptr<StoreServer> server);
+  // Keeps `owned` (the server this process hosts) alive as long as the client: a store's host
+  // is the layer above this one (store.cpp), which hands its server over type-erased.
+  void keep_alive(std::shared_ptr<const void> owned);
 
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key) override;

@@ -1,7 +1,8 @@
 #pragma once
-// The c10d TCPStore wire protocol, in both of its dialects, for the server (store_server.cpp)
-// and the client (store.cpp). Every request is one query byte followed by its arguments;
-// integers are little-endian, and a string or byte vector is a uint64 length and its bytes.
+// The c10d TCPStore wire protocol, in both of its dialects, for the server (server.cpp,
+// server_queries.cpp) and the client (tcp_backend.cpp). Every request is one query byte followed by
+// its arguments; integers are little-endian, and a string or byte vector is a uint64 length and its
+// bytes.
 //
 //   legacy (PyTorch 1.13 and 2.0): SET=0 COMPARE_SET=1 GET=2 ADD=3 CHECK=4 WAIT=5 GETNUMKEYS=6
 //     WATCH_KEY=7 DELETE_KEY=8, and from 2.0 APPEND=9 MULTI_GET=10 MULTI_SET=11 CANCEL_WAIT=12.
@@ -25,6 +26,11 @@
 namespace ddp::store {
 
 inline constexpr uint32_t kValidationMagic = 0x3C85F7CE;
+
+// The key on which an agent presents the job's join token: a COMPARE_SET with the token as
+// `expected` and "" as `desired`, answered "ok" (admitted), "open" (the server checks no token)
+// or "refused: <why>". ddprun's own extension; torch's servers answer it as any other key.
+inline constexpr const char* kJoinKey = "__ddprun_join_token__";
 
 enum class Dialect : uint8_t { kLegacy, kModern };
 

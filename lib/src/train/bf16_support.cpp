@@ -2,7 +2,7 @@
 
 #include <atomic>
 
-#include "cpu_features.h"
+#include "base/cpu_features.h"
 #include "ddp/log.h"
 #include "ddp/settings.h"
 

@@ -5,7 +5,7 @@
 // as a Chrome trace-event JSON file per rank that Perfetto and chrome://tracing open. Times are
 // the wall clock (microseconds since the epoch), so that ranks on different nodes line up; pid is
 // the rank, tid 0 the training thread, tid 1 the collectives. ddprun merges the ranks' files into
-// one (launcher/trace_merge.h).
+// one (launcher/diagnosis/trace_merge.h).
 #include <chrono>
 #include <cstdint>
 #include <optional>

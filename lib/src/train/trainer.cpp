@@ -105,10 +105,10 @@ detail::StepTrace make_step_trace(const TrainerOptions& options, const Communica
 // The straggler reports' window and threshold: the options, else the settings, else 100 steps
 // and 1.2.
 detail::StragglerMonitor make_straggler_monitor(const TrainerOptions& options) {
-  const int64_t window = options.straggler_window.value_or(
-      settings::integer(settings::kStragglerWindow).value_or(100));
+  const int64_t window =
+      options.straggler_window.value_or(settings::integer_or_default(settings::kStragglerWindow));
   const double threshold = options.straggler_threshold.value_or(
-      static_cast<double>(settings::integer(settings::kStragglerPercent).value_or(120)) / 100.0);
+      static_cast<double>(settings::integer_or_default(settings::kStragglerPercent)) / 100.0);
   if (window < 0) throw ConfigError("the straggler window must not be negative");
   if (!(threshold > 1)) {
     throw ConfigError(
@@ -284,7 +284,7 @@ FitRun::FitRun(Communicator& comm, std::shared_ptr<models::Classifier> model,
       checkpoints_(options.checkpoint_dir, options.keep_checkpoints),
       stragglers_(make_straggler_monitor(options)),
       trace_(make_step_trace(options, comm)),
-      test_step_delay_(settings::integer(settings::kTestStepDelayMs).value_or(0)) {
+      test_step_delay_(settings::integer_or_default(settings::kTestStepDelayMs)) {
   if (rank_ == 0 && !options_.metrics_path.empty()) metrics_ = MetricsLog(options_.metrics_path);
   live_ = live::Writer::from_environment(rank_, world_);
   seed_rng(data::mix_seed(options_.seed, 0x5eed, static_cast<uint64_t>(rank_)));

@@ -17,8 +17,8 @@
 
 #include <gtest/gtest.h>
 
+#include "base/cpu_features.h"
 #include "comm/collective_signature.h"
-#include "cpu_features.h"
 #include "ddp/error.h"
 
 namespace ddp::detail {

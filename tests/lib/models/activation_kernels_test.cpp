@@ -13,7 +13,7 @@
 #include <c10/util/BFloat16.h>
 #include <gtest/gtest.h>
 
-#include "cpu_features.h"
+#include "base/cpu_features.h"
 #include "ddp/error.h"
 #include "models/activation_kernels.h"
 

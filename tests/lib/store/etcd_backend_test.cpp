@@ -400,36 +400,5 @@ TEST(EtcdEndpoint, ParsesHostPortAndScheme) {
   }
 }
 
-TEST(EtcdBase64, MatchesRfc4648AndRoundTripsAnyBytes) {
-  using detail::base64_decode;
-  using detail::base64_encode;
-  const std::pair<const char*, const char*> vectors[] = {{"", ""},
-                                                         {"f", "Zg=="},
-                                                         {"fo", "Zm8="},
-                                                         {"foo", "Zm9v"},
-                                                         {"foob", "Zm9vYg=="},
-                                                         {"fooba", "Zm9vYmE="},
-                                                         {"foobar", "Zm9vYmFy"}};
-  for (const auto& [plain, encoded] : vectors) {
-    EXPECT_EQ(base64_encode(plain), encoded);
-    EXPECT_EQ(base64_decode(encoded), std::optional<std::string>(plain));
-  }
-  EXPECT_EQ(base64_encode(std::string(1, '\0')), "AA==");
-  EXPECT_EQ(base64_encode("\xff\xfe\xfd"), "//79");
-  EXPECT_EQ(base64_encode("\xfb\xff"), "+/8=");
-  std::mt19937 rng(7);
-  for (std::size_t length = 0; length < 300; ++length) {
-    std::string bytes(length, '\0');
-    for (auto& b : bytes) b = static_cast<char>(rng() & 0xFF);
-    const std::string encoded = base64_encode(bytes);
-    EXPECT_EQ(encoded.size(), (length + 2) / 3 * 4);
-    EXPECT_EQ(base64_decode(encoded), std::optional<std::string>(bytes)) << length;
-  }
-  for (const char* bad :
-       {"Zm9", "Zm=v", "Z===", "====", "Zm9v!A==", "=Zm9", "Zg==Zg==", "Zg=", "Zm9v\n"}) {
-    EXPECT_FALSE(base64_decode(bad)) << bad;
-  }
-}
-
 }  // namespace
 }  // namespace ddp

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-#include "cpu_features.h"
+#include "base/cpu_features.h"
 #include "ddp/error.h"
 #include "scoped_env.h"
 

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-#include "../../launcher/http_get.h"
+#include "../../launcher/metrics/http_get.h"
 #include "child_process.h"
 #include "ddp/exit_codes.h"
 #include "multiprocess.h"

@@ -4,7 +4,7 @@
 // interop.torch2_root) as workers of this ddprun, one node and two, and with ddprun itself
 // copied into that root, as a user copies it into their own PyTorch image. Restarts and elastic
 // membership changes form the group again with either version: each round's workers get a
-// store of their own (launcher/rendezvous.h), torchrun's opt-out of sharing included.
+// store of their own (launcher/rendezvous/rendezvous.h), torchrun's opt-out of sharing included.
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -1,0 +1,644 @@
+#include "rendezvous/store_rendezvous.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "ddp/error.h"
+#include "ddp/log.h"
+#include "ddp/net/local_address.h"
+#include "ddp/net/tcp_probe.h"
+#include "ddp/store.h"
+
+namespace ddprun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+constexpr auto kFirstProgress = std::chrono::seconds(2);
+constexpr auto kProgressEvery = std::chrono::seconds(10);
+// If the round's first joiner does not hand out the places, joiners 2..kStandIns+1 do, each
+// kPlacesWait after the previous one.
+constexpr auto kPlacesWait = std::chrono::seconds(2);
+constexpr int kStandIns = 3;
+constexpr auto kReleaseWait = std::chrono::seconds(30);
+// The longest pause between two polls of etcd (StoreRendezvous::poll_cap).
+constexpr auto kEtcdPollCap = std::chrono::milliseconds(250);
+
+double seconds_of(Clock::duration d) {
+  return std::chrono::duration_cast<milliseconds>(d).count() / 1000.0;
+}
+
+// Whether `host` names this machine: loopback, its hostname or FQDN, or one of its addresses.
+// Decides which agent serves the c10d store when no node rank says so.
+bool names_this_machine(const std::string& host, const HostFacts& facts,
+                        const std::string& local_addr) {
+  if (host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0) return true;
+  if (host == facts.hostname || host == local_addr) return true;
+  if (facts.fqdn && host == facts.fqdn()) return true;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  std::vector<std::string> targets;
+  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    targets.push_back(ddp::net::numeric_address(ai->ai_addr));
+  }
+  freeaddrinfo(found);
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return false;
+  bool local = false;
+  for (ifaddrs* i = ifs; i != nullptr && !local; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr ||
+        (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) {
+      continue;
+    }
+    const std::string mine = ddp::net::numeric_address(i->ifa_addr);
+    local = std::find(targets.begin(), targets.end(), mine) != targets.end();
+  }
+  freeifaddrs(ifs);
+  return local;
+}
+
+// Resolves `host` and opens (then closes) a TCP connection to `port`; "" on success, else why
+// not. Keeps the c10d client from logging a warning for every refused attempt.
+struct Member {
+  int join_index = 0;
+  int node_rank = -1;  // claimed by configuration
+  int preferred = -1;  // group rank in the previous round
+  int nproc = 1;
+  std::string host;
+};
+
+}  // namespace
+
+StoreRendezvous::StoreRendezvous(const LaunchConfig& config, const HostFacts& host,
+                                 std::function<void()> poll_interrupt)
+    : config_(config), host_(host), poll_interrupt_(std::move(poll_interrupt)) {
+  const auto deadline = Clock::now() + config.rdzv.join_timeout;
+  store_host_ = config.store_host;
+  store_port_ = config.store_port;
+  etcd_ = config.rdzv_backend == RdzvBackend::kEtcd;
+  if (etcd_) {
+    connect_with_retry(deadline);
+    return;
+  }
+  bool host_it = false;
+  if (config.rdzv_backend == RdzvBackend::kStatic) {
+    host_it = config.node_rank == 0;
+  } else if (config.rdzv.is_host) {
+    host_it = *config.rdzv.is_host;
+  } else if (config.node_rank) {
+    host_it = *config.node_rank == 0;
+  } else {
+    host_it = names_this_machine(config.store_host, host, config.local_addr);
+  }
+  if (host_it) {
+    try {
+      server_ =
+          ddp::Store::host(config.store_port, config.rdzv.read_timeout, config.rdzv.join_token);
+      hosts_store_ = true;
+      store_port_ = server_->port();
+      store_ = server_->with_prefix("ddprun/" + config.run_id);
+      ddp::log::info("serving the rendezvous store on port {}", store_port_);
+    } catch (const ddp::StoreError& e) {
+      // With c10d, another agent on this machine may have won the port: join it instead.
+      if (config.rdzv_backend == RdzvBackend::kStatic || config.rdzv.is_host.value_or(false) ||
+          config.node_rank) {
+        throw ddp::StoreError(std::string(e.what()) +
+                              "; is another job using this port? choose another --master-port");
+      }
+    }
+  }
+  if (!store_) connect_with_retry(deadline);
+}
+
+StoreRendezvous::~StoreRendezvous() = default;
+
+std::string StoreRendezvous::where() const {
+  return (etcd_ ? "etcd at " : "the rendezvous store at ") + config_.store_host + ":" +
+         std::to_string(config_.store_port);
+}
+
+std::shared_ptr<ddp::Store> StoreRendezvous::open_store(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+  if (etcd_) {
+    ddp::EtcdOptions options;
+    options.endpoint = config_.store_host + ":" + std::to_string(config_.store_port);
+    options.protocol = config_.rdzv.etcd_protocol;
+    options.cacert = config_.rdzv.etcd_cacert;
+    options.cert = config_.rdzv.etcd_cert;
+    options.key = config_.rdzv.etcd_key;
+    // One attempt of at most 2 s, so that a signal is seen between attempts.
+    auto client = ddp::Store::etcd(options, std::clamp(left, milliseconds(1), milliseconds(2000)),
+                                   config_.rdzv.read_timeout);
+    return client->with_prefix(config_.rdzv.etcd_prefix + "/" + config_.run_id);
+  }
+  auto client =
+      ddp::Store::connect(store_host_, store_port_, std::max(left, config_.rdzv.read_timeout),
+                          {config_.rdzv.join_token, ddp::StoreProtocol::kModern});
+  // A second connection for what the agent asks while its workers run (its beat, the round's
+  // failure, nodes waiting), whose requests give up after the heartbeat limit: if the store's
+  // host vanishes without closing its sockets, this node learns it within that limit rather
+  // than after read_timeout (heartbeat.h).
+  monitor_store_ = ddp::Store::connect(store_host_, store_port_, heartbeat_limit(),
+                                       {config_.rdzv.join_token, ddp::StoreProtocol::kModern})
+                       ->with_prefix("ddprun/" + config_.run_id);
+  return client->with_prefix("ddprun/" + config_.run_id);
+}
+
+milliseconds StoreRendezvous::heartbeat_limit() const {
+  return config_.rdzv.keep_alive_interval * config_.rdzv.keep_alive_max_attempt;
+}
+
+void StoreRendezvous::connect_with_retry(Clock::time_point deadline) {
+  const auto start = Clock::now();
+  auto next_report = start + kFirstProgress;
+  auto backoff = milliseconds(50);
+  std::string why;
+  for (;;) {
+    poll_interrupt_();
+    why = etcd_ ? std::string() : ddp::net::probe_tcp(store_host_, store_port_);
+    if (why.empty()) {
+      try {
+        store_ = open_store(deadline);
+        ddp::log::debug("connected to {}", where());
+        return;
+      } catch (const ddp::JoinRefusedError&) {
+        throw;  // retrying cannot help
+      } catch (const ddp::StoreUnreachableError& e) {
+        why = e.cause();  // this loop says where, and for how long
+      } catch (const ddp::StoreError& e) {
+        why = e.what();
+      }
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      throw ddp::StoreError(
+          "cannot reach " + where() + " within " +
+          std::to_string(seconds_of(now - start)).substr(0, 5) + " s (" + why + "); " +
+          (etcd_ ? "check that etcd runs there and --rdzv-endpoint names it"
+                 : "check that node 0 runs and --master-addr/--rdzv-endpoint names it") +
+          ", or raise --rdzv-conf join_timeout");
+    }
+    if (now >= next_report) {
+      ddp::log::info("still waiting for {} after {:.0f} s: {}", where(), seconds_of(now - start),
+                     why);
+      next_report = now + kProgressEvery;
+    }
+    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, milliseconds(1000));
+  }
+}
+
+void StoreRendezvous::settle_worker_store(const NodeAssignment& node) {
+  // A fresh store every round after the first, on every backend: PyTorch 2.x workers key
+  // nothing by attempt, so in one store shared across rounds a restarted rank reads its peers'
+  // gloo addresses of the round before (rendezvous.h). A worker left over from an earlier round
+  // finds its store closed rather than mixing with this one.
+  release_worker_store();
+  if (!etcd_ && node.round == 0 && config_.share_worker_store) {
+    // Round 0's workers use the agents' store at the rendezvous endpoint, as under torchrun:
+    // nothing was written there before them.
+    worker_store_ = {store_host_, store_port_, true};
+    return;
+  }
+  const std::string k = key(node.round, "worker_store");
+  if (node.group_rank == 0) {
+    int port = 0;
+    if (config_.share_worker_store) {
+      worker_server_ = ddp::Store::host(config_.worker_store_port, config_.rdzv.read_timeout,
+                                        config_.rdzv.join_token);
+      port = worker_server_->port();
+      ddp::log::info("serving the workers' store on port {} (round {})", port, node.round);
+    } else {
+      // TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: worker rank 0 serves it, on a port free now (as
+      // torchrun's RendezvousStoreInfo.build picks one).
+      port = config_.worker_store_port != 0 ? config_.worker_store_port : ddp::net::free_tcp_port();
+    }
+    store_->set(k, worker_store_address() + " " + std::to_string(port));
+  }
+  const std::string value = store_->get(k);
+  const auto space = value.rfind(' ');
+  worker_store_ = {value.substr(0, space), std::stoi(value.substr(space + 1)),
+                   config_.share_worker_store};
+  if (node.group_rank != 0 && config_.share_worker_store) {
+    // Presents the join token, which admits this node's workers, and shows now, rather than in
+    // the workers, whether node 0's store can be reached from here.
+    worker_client_ =
+        ddp::Store::connect(worker_store_.host, worker_store_.port, config_.rdzv.read_timeout,
+                            {config_.rdzv.join_token, ddp::StoreProtocol::kModern});
+  }
+}
+
+std::string StoreRendezvous::worker_store_address() const {
+  // The name the other nodes reach this agent's store by (the master's, as torchrun gives it),
+  // else --local-addr or the address that routes to the store.
+  if (hosts_store_) return config_.store_host;
+  return config_.local_addr.empty() ? ddp::net::local_address_towards(config_.store_host)
+                                    : config_.local_addr;
+}
+
+void StoreRendezvous::release_worker_store() {
+  worker_client_.reset();
+  worker_server_.reset();  // its port is free again for the next round's node 0
+}
+
+std::shared_ptr<ddp::Store> StoreRendezvous::round_store(int round, const std::string& topic) {
+  return store_->with_prefix(key(round, topic));
+}
+
+std::shared_ptr<ddp::Store> StoreRendezvous::monitor_store(int round, const std::string& topic) {
+  return (monitor_store_ ? monitor_store_ : store_)->with_prefix(key(round, topic));
+}
+
+std::string StoreRendezvous::key(int round, const std::string& name) const {
+  return "round" + std::to_string(round) + "/" + name;
+}
+
+NodeAssignment StoreRendezvous::join() {
+  const auto deadline = Clock::now() + config_.rdzv.join_timeout;
+  // The job's current round: "0" for the first agent ever, later the round in progress.
+  int round = std::stoi(store_->compare_set("round", "", "0"));
+  for (;;) {
+    bool late = false;
+    NodeAssignment node = try_join(round, deadline, late);
+    if (!late) {
+      node.restarts = restarts_before(round);
+      settle_worker_store(node);
+      return node;
+    }
+    // The round closed without this node: wait for the group's next round. Below the maximum
+    // size, the running nodes make one as soon as they see this node waiting.
+    const int closed = std::stoi(store_->get(key(round, "closed")));
+    if (closed < config_.max_nodes) {
+      store_->add(key(round, "waiting"), 1);
+      ddp::log::info(
+          "round {} is running with {} of at most {} nodes; waiting for the group to take this "
+          "node in at its next round",
+          round, closed, config_.max_nodes);
+    } else {
+      ddp::log::info("round {} is already running without this node; waiting for the next round",
+                     round);
+    }
+    auto backoff = milliseconds(10);
+    for (;;) {
+      poll_interrupt_();
+      const int current = std::stoi(store_->compare_set("round", "", "0"));
+      if (current != round) {
+        round = current;
+        break;
+      }
+      if (Clock::now() >= deadline) {
+        throw ddp::StoreError("round " + std::to_string(round) +
+                              " is full and running without this node, and no new round began "
+                              "within the join timeout; is an extra pod running with the same "
+                              "job, or is --nnodes too small?");
+      }
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, milliseconds(500));
+    }
+  }
+}
+
+void StoreRendezvous::assign_places(int round, int closed) {
+  std::vector<std::string> member_keys;
+  for (int i = 1; i <= closed; ++i)
+    member_keys.push_back(key(round, "member/" + std::to_string(i)));
+  const std::vector<std::string> records = store_->multi_get(member_keys);
+  std::vector<Member> members;
+  for (int i = 1; i <= closed; ++i) {
+    const json j = json::parse(records[static_cast<std::size_t>(i - 1)]);
+    members.push_back({i, j.value("node_rank", -1), j.value("preferred", -1), j.value("nproc", 1),
+                       j.value("host", "")});
+  }
+  std::vector<std::string> place_keys;
+  for (int i = 1; i <= closed; ++i) place_keys.push_back(key(round, "place/" + std::to_string(i)));
+  // Two nodes claiming one node rank: every node fails with the same line.
+  std::map<int, const Member*> claimed;
+  for (const Member& m : members) {
+    if (m.node_rank < 0) continue;
+    const auto [it, fresh] = claimed.emplace(m.node_rank, &m);
+    if (!fresh) {
+      const std::string error = "error:node rank " + std::to_string(m.node_rank) +
+                                " is claimed by two nodes (" + it->second->host + " and " + m.host +
+                                "); give each node its own --node-rank or pod index";
+      store_->multi_set(place_keys, std::vector<std::string>(place_keys.size(), error));
+      return;
+    }
+  }
+  // Known node ranks first, in order; then nodes without one, by their previous position and
+  // then by join order, so a restart keeps every node's ranks.
+  std::stable_sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
+    const auto rank_key = [](const Member& m) { return m.node_rank >= 0 ? m.node_rank : INT_MAX; };
+    const auto pref_key = [](const Member& m) { return m.preferred >= 0 ? m.preferred : INT_MAX; };
+    if (rank_key(a) != rank_key(b)) return rank_key(a) < rank_key(b);
+    if (pref_key(a) != pref_key(b)) return pref_key(a) < pref_key(b);
+    return a.join_index < b.join_index;
+  });
+  int world_size = 0;
+  for (const Member& m : members) world_size += m.nproc;
+  std::vector<std::string> places(place_keys.size());
+  int offset = 0;
+  for (int g = 0; g < closed; ++g) {
+    const Member& m = members[static_cast<std::size_t>(g)];
+    places[static_cast<std::size_t>(m.join_index - 1)] =
+        json{{"group_rank", g}, {"rank_offset", offset}, {"world_size", world_size}}.dump();
+    offset += m.nproc;
+    // Each node's host, to name it if it is lost, and its heartbeat counter, so that the
+    // counters can be read at once (heartbeat.h).
+    place_keys.push_back(key(round, "node/" + std::to_string(g)));
+    places.push_back(m.host);
+    place_keys.push_back(key(round, "beat/" + std::to_string(g)));
+    places.push_back("0");
+  }
+  store_->multi_set(place_keys, places);  // one request: no agent sees half of it
+}
+
+NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, bool& late) {
+  const auto start = Clock::now();
+  const int index = static_cast<int>(store_->add(key(round, "joined"), 1));
+  json me = {{"node_rank", config_.node_rank.value_or(-1)},
+             {"preferred", preferred_rank_},
+             {"nproc", config_.nproc_per_node},
+             {"host", config_.local_addr.empty() ? host_.hostname : config_.local_addr}};
+  store_->set(key(round, "member/" + std::to_string(index)), me.dump());
+  if (index == config_.max_nodes)
+    store_->compare_set(key(round, "closed"), "", std::to_string(index));
+
+  auto backoff = milliseconds(1);
+  auto next_report = start + kFirstProgress;
+  std::optional<Clock::time_point> min_reached;
+  while (!store_->check({key(round, "closed")})) {
+    poll_interrupt_();
+    const auto now = Clock::now();
+    const int joined = static_cast<int>(store_->add(key(round, "joined"), 0));
+    if (joined >= config_.min_nodes) {
+      if (!min_reached) min_reached = now;
+      if (now - *min_reached >= config_.rdzv.last_call_timeout) {
+        store_->compare_set(key(round, "closed"), "", std::to_string(joined));
+        continue;
+      }
+    }
+    if (now >= deadline) {
+      throw ddp::StoreError(
+          "rendezvous timed out: " + std::to_string(joined) + " of " +
+          std::to_string(config_.min_nodes) + " nodes joined round " + std::to_string(round) +
+          " within " + std::to_string(seconds_of(now - start)).substr(0, 5) +
+          " s; check that every node's pod runs and uses the same --nnodes, --rdzv-id and "
+          "store address, or raise --rdzv-conf join_timeout");
+    }
+    if (now >= next_report) {
+      if (min_reached) {
+        ddp::log::info(
+            "{} nodes joined round {}, at least {} and at most {}: it closes {:.0f} s after the "
+            "minimum was reached (last_call_timeout) unless {} join first",
+            joined, round, config_.min_nodes, config_.max_nodes,
+            seconds_of(config_.rdzv.last_call_timeout), config_.max_nodes);
+      } else {
+        ddp::log::info("waiting for nodes: {} of {} joined round {} after {:.0f} s", joined,
+                       config_.min_nodes, round, seconds_of(now - start));
+      }
+      next_report = now + kProgressEvery;
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, poll_cap(milliseconds(50)));
+  }
+  const int closed = std::stoi(store_->get(key(round, "closed")));
+  if (index > closed) {
+    late = true;
+    return {};
+  }
+
+  // The round's first joiner orders the members and hands each its place; every other agent
+  // reads its own key. So a round of N nodes costs the store O(N) requests, not N² reads of
+  // every member by every agent. The places follow from the members alone: should the first
+  // joiner stall or die, the next three write the same ones, 2, 4 and 6 s later (not all of
+  // them, which would be N² again).
+  if (index == 1) assign_places(round, closed);
+  const std::string place_key = key(round, "place/" + std::to_string(index));
+  auto stand_in_at = Clock::time_point::max();
+  if (index > 1 && index <= kStandIns + 1) stand_in_at = Clock::now() + kPlacesWait * (index - 1);
+  auto wait = milliseconds(1);
+  while (!store_->check({place_key})) {
+    poll_interrupt_();
+    const auto now = Clock::now();
+    if (now >= stand_in_at) {
+      stand_in_at = Clock::time_point::max();
+      assign_places(round, closed);
+      continue;
+    }
+    if (now >= deadline) {
+      throw ddp::StoreError("round " + std::to_string(round) +
+                            " closed, but no node handed out the places within the join "
+                            "timeout; did its first nodes exit during the rendezvous?");
+    }
+    std::this_thread::sleep_for(wait);
+    wait = std::min(wait * 2, poll_cap(milliseconds(20)));
+  }
+  const std::string text = store_->get(place_key);
+  if (text.rfind("error:", 0) == 0) {
+    // The store's host leaves last, so that every node reads the error rather than a lost store.
+    store_->add(key(round, "placed"), 1);
+    if (hosts_store_) wait_for_count(round, "placed", closed, Clock::now() + kReleaseWait);
+    throw ddp::ConfigError(text.substr(6));
+  }
+  const json place = json::parse(text);
+  NodeAssignment node;
+  node.round = round;
+  node.group_world_size = closed;
+  node.group_rank = place.at("group_rank").get<int>();
+  node.rank_offset = place.at("rank_offset").get<int>();
+  node.world_size = place.at("world_size").get<int>();
+  preferred_rank_ = node.group_rank;
+  return node;
+}
+
+milliseconds StoreRendezvous::poll_cap(milliseconds tcp_cap) const {
+  // An agent's TCP store answers a read in microseconds; etcd's gateway in about a millisecond
+  // of its CPU (JSON, base64, a range), from every agent: polls at most 4 times a second.
+  return etcd_ ? std::max(tcp_cap, kEtcdPollCap) : tcp_cap;
+}
+
+std::optional<FailureReport> StoreRendezvous::failure(int round) {
+  const std::string k = key(round, "failure");
+  return monitored([&](ddp::Store& store) -> std::optional<FailureReport> {
+    if (!store.check({k})) return std::nullopt;
+    return FailureReport::from_json(store.get(k));
+  });
+}
+
+FailureReport StoreRendezvous::publish_failure(int round, const FailureReport& report) {
+  const std::string mine = report.to_json();
+  std::string stored = store_->compare_set(key(round, "failure"), "", mine);
+  if (stored == mine) return report;
+  FailureReport existing = FailureReport::from_json(stored);
+  if (existing.is_consequence() && !report.is_consequence()) {
+    stored = store_->compare_set(key(round, "failure"), stored, mine);
+    if (stored == mine) return report;
+    existing = FailureReport::from_json(stored);
+  }
+  return existing;
+}
+
+void StoreRendezvous::revise_failure(int round, const FailureReport& before,
+                                     const FailureReport& after) {
+  store_->compare_set(key(round, "failure"), before.to_json(), after.to_json());
+}
+
+void StoreRendezvous::stand_in_for_lost(int round, int group_rank) {
+  if (store_->add(key(round, "lost/" + std::to_string(group_rank)), 1) != 1) return;
+  store_->add(key(round, "stopped"), 1);
+  store_->add(key(round, "settled"), 1);
+}
+
+void StoreRendezvous::acknowledge_stop(int round, bool leaving) {
+  try {
+    store_->add(key(round, "stopped"), 1);
+    // A leaving node will not read the final root cause: the host must not wait for it.
+    if (leaving) store_->add(key(round, "settled"), 1);
+  } catch (const ddp::StoreError& e) {
+    ddp::log::warn("could not tell the other nodes that this node stopped: {}", e.what());
+  }
+}
+
+void StoreRendezvous::wait_for_count(int round, const std::string& name, int target,
+                                     Clock::time_point deadline) {
+  auto backoff = milliseconds(5);
+  while (store_->add(key(round, name), 0) < target && Clock::now() < deadline) {
+    if (on_wait_) on_wait_();
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, poll_cap(milliseconds(5)));
+  }
+}
+
+FailureReport StoreRendezvous::settle_failure(int round, int nodes, const FailureReport& fallback) {
+  try {
+    wait_for_count(round, "stopped", nodes,
+                   Clock::now() + std::max(config_.shutdown_timeout, heartbeat_limit()) +
+                       std::chrono::seconds(5));
+    auto settled = failure(round);
+    store_->add(key(round, "settled"), 1);
+    return settled ? *settled : fallback;
+  } catch (const ddp::StoreError& e) {
+    ddp::log::warn("could not agree on the root cause with the other nodes: {}", e.what());
+    return fallback;
+  }
+}
+
+template <typename Fn>
+auto StoreRendezvous::monitored(Fn&& fn) -> decltype(fn(std::declval<ddp::Store&>())) {
+  if (!monitor_store_) return fn(*store_);
+  const auto start = Clock::now();
+  try {
+    return fn(*monitor_store_);
+  } catch (const ddp::StoreError& e) {
+    if (Clock::now() - start < heartbeat_limit() * 9 / 10) throw;  // not silence: say it as is
+    throw ddp::StoreError(fmt::format(
+        "the rendezvous store's host (node 0, {}:{}) did not answer this node within {:.1f} s: "
+        "its pod vanished without closing its connections (deleted, powered off, or cut off "
+        "from the network) ({})",
+        config_.store_host, config_.store_port,
+        std::chrono::duration<double>(heartbeat_limit()).count(), e.what()));
+  }
+}
+
+void StoreRendezvous::beat(int round, int group_rank, int64_t delta) {
+  const std::string k = key(round, "beat/" + std::to_string(group_rank));
+  monitored([&](ddp::Store& store) { return store.add(k, delta); });
+}
+
+std::vector<int64_t> StoreRendezvous::beats(int round, int nodes) {
+  std::vector<std::string> keys;
+  for (int g = 0; g < nodes; ++g) keys.push_back(key(round, "beat/" + std::to_string(g)));
+  // The counters exist from assign_places on, so the read never waits for a key.
+  const std::vector<std::string> values = store_->multi_get(keys);
+  std::vector<int64_t> counts;
+  for (const auto& v : values) counts.push_back(v.empty() ? 0 : std::stoll(v));
+  return counts;
+}
+
+std::string StoreRendezvous::node_host(int round, int group_rank) {
+  const std::string k = key(round, "node/" + std::to_string(group_rank));
+  return store_->check({k}) ? store_->get(k) : "unknown host";
+}
+
+int StoreRendezvous::nodes_waiting(int round) {
+  const std::string k = key(round, "waiting");
+  return static_cast<int>(monitored([&](ddp::Store& store) { return store.add(k, 0); }));
+}
+
+int StoreRendezvous::restarts_before(int round) {
+  if (round == 0 || !store_->check({key(round, "restarts")})) return 0;
+  return std::stoi(store_->get(key(round, "restarts")));
+}
+
+void StoreRendezvous::advance(int round, int restarts) {
+  release_worker_store();  // the round is over: its workers are gone
+  // The first agent's count stands: every agent of the round computes the same one.
+  store_->compare_set(key(round + 1, "restarts"), "", std::to_string(restarts));
+  store_->compare_set("round", std::to_string(round), std::to_string(round + 1));
+}
+
+std::optional<FailureReport> StoreRendezvous::finish(int round, int nodes) {
+  store_->add(key(round, "done"), 1);
+  const auto deadline = Clock::now() + config_.rdzv.exit_barrier_timeout;
+  auto backoff = milliseconds(1);
+  while (store_->add(key(round, "done"), 0) < nodes) {
+    poll_interrupt_();
+    if (auto f = failure(round)) return f;
+    if (Clock::now() >= deadline) {
+      ddp::log::warn(
+          "not every node finished within the exit barrier timeout ({:.0f} s); "
+          "exiting anyway",
+          seconds_of(config_.rdzv.exit_barrier_timeout));
+      break;
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, poll_cap(milliseconds(100)));
+  }
+  store_->add(key(round, "released"), 1);
+  if (hosts_store_) {
+    const auto release_deadline = Clock::now() + kReleaseWait;
+    while (store_->add(key(round, "released"), 0) < nodes && Clock::now() < release_deadline) {
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  }
+  return std::nullopt;
+}
+
+void StoreRendezvous::linger_until_settled(int round, int nodes) {
+  if (!hosts_store_) return;
+  try {
+    wait_for_count(round, "settled", nodes, Clock::now() + kReleaseWait);
+  } catch (const ddp::StoreError&) {
+  }
+}
+
+void StoreRendezvous::linger_until_stopped(int round, int nodes) {
+  if (!hosts_store_) return;
+  try {
+    wait_for_count(round, "stopped", nodes,
+                   Clock::now() + config_.shutdown_timeout + std::chrono::seconds(5));
+  } catch (const ddp::StoreError&) {
+  }
+}
+
+}  // namespace ddprun

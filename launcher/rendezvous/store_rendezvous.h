@@ -1,0 +1,103 @@
+#pragma once
+// The rendezvous on the store: ddp::Store, served by ddp::StoreServer on the hosting agent
+// (static, c10d), or by an etcd cluster (etcd-v2). Whatever the backend, each round's node 0
+// serves that round's workers a store of their own (rendezvous.h).
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "rendezvous/rendezvous.h"
+
+namespace ddp {
+class Store;
+}
+
+namespace ddprun {
+
+class StoreRendezvous : public Rendezvous {
+ public:
+  // Hosts the store (static: node 0; c10d: the agent on the endpoint's host) or connects to it,
+  // retrying name resolution and connection until the join timeout. `poll_interrupt` is called
+  // while waiting; it throws to abandon the wait (a signal).
+  StoreRendezvous(const LaunchConfig& config, const HostFacts& host,
+                  std::function<void()> poll_interrupt);
+  ~StoreRendezvous() override;
+  // Called on every turn of the waits that do not poll for signals (settling a failure,
+  // lingering for the other nodes): the agent's progress for its health endpoint.
+  void on_wait(std::function<void()> hook) { on_wait_ = std::move(hook); }
+
+  const std::string& store_host() const override { return store_host_; }
+  int store_port() const override { return store_port_; }
+  WorkerStore worker_store() const override { return worker_store_; }
+  NodeAssignment join() override;
+  std::optional<FailureReport> failure(int round) override;
+  FailureReport publish_failure(int round, const FailureReport& report) override;
+  void revise_failure(int round, const FailureReport& before, const FailureReport& after) override;
+  void stand_in_for_lost(int round, int group_rank) override;
+  void acknowledge_stop(int round, bool leaving) override;
+  FailureReport settle_failure(int round, int nodes, const FailureReport& fallback) override;
+  // The store's host watches every node; with etcd, which no node hosts, every agent does.
+  bool watches_heartbeats() const override { return hosts_store_ || etcd_; }
+  std::chrono::milliseconds monitor_floor() const override { return poll_cap({}); }
+  void beat(int round, int group_rank, int64_t delta) override;
+  std::vector<int64_t> beats(int round, int nodes) override;
+  std::string node_host(int round, int group_rank) override;
+  int nodes_waiting(int round) override;
+  void advance(int round, int restarts) override;
+  std::optional<FailureReport> finish(int round, int nodes) override;
+  void linger_until_settled(int round, int nodes) override;
+  void linger_until_stopped(int round, int nodes) override;
+  std::shared_ptr<ddp::Store> round_store(int round, const std::string& topic) override;
+  std::shared_ptr<ddp::Store> monitor_store(int round, const std::string& topic) override;
+
+ private:
+  NodeAssignment try_join(int round, std::chrono::steady_clock::time_point deadline, bool& late);
+  // The round's first joiner: orders the `closed` members and writes each one's place (or the
+  // round's configuration error) under round<R>/place/<join index>.
+  void assign_places(int round, int closed);
+  void connect_with_retry(std::chrono::steady_clock::time_point deadline);
+  std::shared_ptr<ddp::Store> open_store(std::chrono::steady_clock::time_point deadline);
+  // The round's node 0 serves the round's workers a fresh store (or picks worker rank 0's port);
+  // every node learns where.
+  void settle_worker_store(const NodeAssignment& node);
+  // Closes this node's round's workers' store and its connection to node 0's.
+  void release_worker_store();
+  // Where node 0's workers' store is reached: MASTER_ADDR.
+  std::string worker_store_address() const;
+  std::chrono::milliseconds heartbeat_limit() const;
+  // Runs fn on the monitoring connection (the store's own on its host and with etcd); a request
+  // that went unanswered for the heartbeat limit is reported as the store's host vanishing.
+  template <typename Fn>
+  auto monitored(Fn&& fn) -> decltype(fn(std::declval<ddp::Store&>()));
+  std::string where() const;
+  // The longest pause between two polls: `tcp_cap`, or longer with etcd.
+  std::chrono::milliseconds poll_cap(std::chrono::milliseconds tcp_cap) const;
+  // Rounds before `round` that ended in a failure rather than a membership change.
+  int restarts_before(int round);
+  std::string key(int round, const std::string& name) const;
+  // Waits until the round's counter `name` reaches `target` or `deadline` passes.
+  void wait_for_count(int round, const std::string& name, int target,
+                      std::chrono::steady_clock::time_point deadline);
+
+  const LaunchConfig& config_;
+  const HostFacts& host_;
+  std::function<void()> poll_interrupt_;
+  std::function<void()> on_wait_;
+  std::shared_ptr<ddp::Store> server_;  // kept alive on the hosting node
+  std::shared_ptr<ddp::Store> store_;   // this agent's view, prefixed by the run id
+  bool hosts_store_ = false;
+  bool etcd_ = false;
+  // A TCP store's non-hosting agents monitor the round (beat, failure, nodes waiting) through
+  // a connection of their own whose requests give up after the heartbeat limit.
+  std::shared_ptr<ddp::Store> monitor_store_;
+  std::shared_ptr<ddp::Store> worker_server_;  // the round's workers' store (round's node 0)
+  std::shared_ptr<ddp::Store> worker_client_;  // this node's connection to it (admits workers)
+  WorkerStore worker_store_;
+  std::string store_host_;
+  int store_port_ = 0;
+  int preferred_rank_ = -1;  // group rank from the previous round, for nodes without a rank
+};
+
+}  // namespace ddprun
