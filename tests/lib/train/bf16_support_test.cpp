@@ -2,7 +2,10 @@
 // running 14 times slower; on a CPU with it, bf16 stays on. DDP_TEST_CPU_BF16 plays either CPU.
 #include "train/bf16_support.h"
 
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
+
+#include <exception>
 
 #include <fstream>
 #include <sstream>
@@ -25,7 +28,29 @@ TEST(Bf16Support, FallsBackToFloat32WhereTheCpuLacksNativeBfloat16) {
 
 TEST(Bf16Support, StaysOnWhereTheCpuComputesInBfloat16) {
   ScopedEnv cpu("DDP_TEST_CPU_BF16", "1");
-  EXPECT_TRUE(bf16_autocast_enabled(true));
+  // Where this libtorch can multiply bfloat16 matrices (every x86-64 build; not Debian's arm64
+  // torch on a CPU with BF16: the next test).
+  EXPECT_EQ(bf16_autocast_enabled(true), torch_multiplies_bf16());
+}
+
+// The probe says what a real bfloat16 matmul of a model's size does: it runs (x86-64, arm64
+// without BF16), or throws (Debian's arm64 torch with BF16, in the arm64 label under qemu's
+// BF16 CPUs), and then bf16 autocast is off.
+TEST(Bf16Support, TheMatmulProbeAgreesWithAModelSizedMatmul) {
+  bool ran = false;
+  try {
+    const at::Tensor x = at::randn({64, 256}).to(at::kBFloat16);
+    const at::Tensor w = at::randn({128, 256}).to(at::kBFloat16);
+    const at::Tensor y = at::addmm(at::zeros({128}, at::kBFloat16), x, w.t());
+    ran = y.size(0) == 64 && y.size(1) == 128;
+  } catch (const std::exception&) {
+    ran = false;
+  }
+  EXPECT_EQ(torch_multiplies_bf16(), ran);
+  if (!ran) {
+    ScopedEnv cpu("DDP_TEST_CPU_BF16", "1");
+    EXPECT_FALSE(bf16_autocast_enabled(true));
+  }
 }
 
 TEST(Bf16Support, NotRequestedIsOffOnEveryCpu) {
@@ -65,7 +90,7 @@ TEST(Bf16Support, DetectionAgreesWithProcCpuinfo) {
   EXPECT_EQ(ddp::detail::cpu_computes_bf16_natively(), listed)
       << "looked for " << ddp::detail::native_bf16_feature() << " in" << flags;
   ScopedEnv cpu("DDP_TEST_CPU_BF16", nullptr);
-  EXPECT_EQ(bf16_autocast_enabled(true), listed);
+  EXPECT_EQ(bf16_autocast_enabled(true), listed && torch_multiplies_bf16());
 }
 
 }  // namespace

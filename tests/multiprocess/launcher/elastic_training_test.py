@@ -189,6 +189,17 @@ def agent_args(ddprun, train_mnist, pods, ckpt, nnodes, restarts=0):
             "--checkpoint-every", "20"] + TRAIN_ARGS
 
 
+def within_span(accuracy_reached, fixed, tolerance):
+    """A run that changed size part-way trained partly as a 1-pod and partly as a 2-pod job, at
+    a split its join or leave time decides: its accuracy is expected between the two fixed runs'
+    (which differ by a few tenths themselves), not next to one of them. Within `tolerance` points
+    of that span."""
+    if accuracy_reached is None or fixed[1] is None or fixed[2] is None:
+        return False
+    low, high = min(fixed[1], fixed[2]), max(fixed[1], fixed[2])
+    return low - tolerance <= accuracy_reached <= high + tolerance
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("ddprun")
@@ -243,9 +254,9 @@ def main():
             check("grow: the 2-node round resumed the epoch at the sample position the 1-node round reached",
                   m is not None and int(m.group(1)) % 64 == 0 and int(m.group(1)) >= 60 * 64,
                   m.group(0) if m else out0[-600:])
-            check(f"grow: test accuracy within {args.tolerance} pt of the fixed 1-pod run",
-                  grown is not None and fixed[1] is not None and abs(grown - fixed[1]) <= args.tolerance,
-                  f"{grown} % against {fixed[1]} % (fixed 2-pod run: {fixed[2]} %)")
+            check(f"grow: test accuracy within {args.tolerance} pt of the fixed runs' span",
+                  within_span(grown, fixed, args.tolerance),
+                  f"{grown} % against the fixed 1-pod run's {fixed[1]} % and 2-pod run's {fixed[2]} %")
 
         # shrink: 2 -> 1
         with Pods(2) as pods:
@@ -273,9 +284,9 @@ def main():
             check("shrink: the 1-node round resumed the epoch where the 2 nodes stopped",
                   re.search(r"checkpoint was written by 2 ranks, this run has 1: the epoch goes on from "
                             r"sample position \d+ of 20000", out0) is not None, out0[-600:])
-            check(f"shrink: test accuracy within {args.tolerance} pt of the fixed 2-pod run",
-                  shrunk is not None and fixed[2] is not None and abs(shrunk - fixed[2]) <= args.tolerance,
-                  f"{shrunk} % against {fixed[2]} % (fixed 1-pod run: {fixed[1]} %)")
+            check(f"shrink: test accuracy within {args.tolerance} pt of the fixed runs' span",
+                  within_span(shrunk, fixed, args.tolerance),
+                  f"{shrunk} % against the fixed 1-pod run's {fixed[1]} % and 2-pod run's {fixed[2]} %")
 
         # vanish: pod 1 drops off the network mid-epoch with its processes still running. Its
         # heartbeat stops; pod 0 must declare it lost (default keep-alive: 3 x 5 s), go on alone
