@@ -162,13 +162,15 @@ TEST_P(FabricProcesses, SameByteCountButDifferentTypeIsReportedAsAMismatch) {
     } catch (const CommError& e) {
       // Seen first hand ("rank 1 issued ..."), learnt from a peer's abort notice, or, when that
       // notice found no connection up within its 100 ms (tcp;ofi_rxm beside another 4-rank test
-      // on 2 cores), from the peer's exit: never a timeout.
+      // on 2 cores), from the peer's exit, or from a send to the failed peer that broke before
+      // its notice was read (tcp;ofi_rxm, 4 ranks, 1 run in about 40): never a timeout.
       const std::string what = e.what();
       if (what.find(" issued ") != std::string::npos) {
         __atomic_add_fetch(saw_the_mismatch, 1, __ATOMIC_SEQ_CST);
       } else {
         require(what.find("aborted the job's collectives") != std::string::npos ||
-                    what.find("exited during the collective") != std::string::npos,
+                    what.find("exited during the collective") != std::string::npos ||
+                    what.find("closed its connection during the collective") != std::string::npos,
                 "neither the mismatch nor a peer's abort or exit: " + what);
       }
       return;

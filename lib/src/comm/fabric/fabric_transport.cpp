@@ -22,6 +22,16 @@ namespace {
 
 constexpr std::size_t kAlignment = 4096;
 
+DigestPolicy digest_policy(const fi_info& info) {
+  const bool rxm = std::strstr(info.fabric_attr->prov_name, "ofi_rxm") != nullptr;
+  const bool has_cq_data = info.domain_attr->cq_data_size >= sizeof(std::uint64_t);
+  DigestPolicy policy;
+  policy.inject_bytes = info.tx_attr->inject_size;
+  policy.digests_in_cq_data = rxm && has_cq_data;
+  policy.small_digests = !rxm && has_cq_data;
+  return policy;
+}
+
 char* aligned_bytes(std::size_t bytes) {
   const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   auto* p = static_cast<char*>(std::aligned_alloc(kAlignment, rounded));
@@ -39,6 +49,7 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
     : endpoint_(std::move(endpoint)),
       peers_(std::move(peers)),
       rank_(rank),
+      agreement_(static_cast<int>(peers_.size()), digest_policy(endpoint_->info())),
       deadline_(timeout, kLivenessInterval),
       liveness_(std::move(liveness)),
       owner_(::getpid()) {
@@ -60,21 +71,17 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
   // 3-4 rank collectives over tcp;ofi_rxm on a loaded machine). A failed communicator is never
   // used again, and the process closes its sockets when it exits, so there it stays open.
   const bool rxm = std::strstr(info.fabric_attr->prov_name, "ofi_rxm") != nullptr;
-  rxm_ = rxm;
   leaves_failed_endpoint_open_ = rxm;
   // Over TCP the data moves only while the peer runs its progress too: a rank that yields its
   // core to a busy thread (training compute, or any CPU hog) for a time slice stalls both, so it
   // spins longer before yielding. On shm the longer spin only took cycles from the peer under
   // load (bench/results/2026-11-23-fabric-spin-under-load.txt).
   spin_before_yield_ = std::chrono::microseconds(rxm ? 300 : 50);
-  const bool has_cq_data = info.domain_attr->cq_data_size >= sizeof(std::uint64_t);
-  digests_in_cq_data_ = rxm && has_cq_data;
-  small_digests_ = !rxm && has_cq_data;
   // Elsewhere an inject may still sit in a provider queue when fi_tinject returns, and would be
   // lost if this process exited right after its last collective; tracked sends are waited for.
   injects_small_sends_ = is_shm_;
-  peer_states_.resize(peers_.size());
-  reached_.assign(peers_.size(), false);
+  teardown_ = std::make_unique<Teardown>(
+      rank_, size(), Teardown::Provider{is_shm_, rxm, inject_bytes_}, *guard_, liveness_);
 
   // shm gets one exact-tag notice receive per peer: a receive with ignore bits, once completed,
   // can leave its mask on an entry shm reuses for unexpected messages and make them mismatch.
@@ -112,7 +119,7 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
     s.buffer = header_buffer(peer);
     s.bytes = sizeof(CollectiveSignature);
     s.desc = control_registration_->descriptor();
-    s.tag = header_tag(peer);
+    s.tag = Agreement::header_tag(peer);
     post_standing_receive(s, s.tag, 0);
   }
 }
@@ -182,30 +189,13 @@ void FabricTransport::release(Request request) {
   free_slots_.push_back(request);
 }
 
-FabricTransport::PeerOpState& FabricTransport::peer_state(int peer) {
-  PeerOpState& state = peer_states_[peer];
-  if (!state.touched) {
-    state.touched = true;
-    touched_peers_.push_back(peer);
-  }
-  return state;
-}
-
 void FabricTransport::begin_op(const CollectiveSignature& signature) {
-  header_ = signature;
   require_usable();
-  if (!pending_abort_.empty()) fail(pending_abort_peer_, pending_abort_);
-  in_op_ = true;
-  ++sequence_;
-  header_.sequence = sequence_;
-  op_digest_ = header_.digest();
-  deadline_.begin_op();  // its clock starts at the op's first empty poll
-  if (!parked_headers_.empty()) {
-    std::vector<int> parked;
-    parked.swap(parked_headers_);
-    for (int peer : parked) take_header(peer);  // parks again those still ahead
-  }
-  if (!header_reposts_.empty()) repost_header_channels();
+  if (const auto& pending = teardown_->pending()) fail(pending->source, pending->cause);
+  const std::vector<int> parked = agreement_.begin_op(signature);
+  deadline_.begin_op();                       // its clock starts at the op's first empty poll
+  for (int peer : parked) take_header(peer);  // parks again those still ahead
+  if (!agreement_.header_reposts().empty()) repost_header_channels();
 }
 
 void FabricTransport::end_op() {
@@ -216,10 +206,8 @@ void FabricTransport::end_op() {
     if (kind == SlotKind::kSend || kind == SlotKind::kRecv) wait(request);
   }
   op_requests_.clear();
-  for (int peer : touched_peers_) peer_states_[peer] = PeerOpState{};
-  touched_peers_.clear();
+  agreement_.end_op();
   op_registrations_.clear();
-  in_op_ = false;
 }
 
 void FabricTransport::expose(const void* data, std::size_t bytes) {
@@ -265,19 +253,13 @@ void* FabricTransport::descriptor_for(const void* data, std::size_t bytes) {
 collectives::PeerTransport::Request FabricTransport::send(int peer, std::uint32_t index,
                                                           const void* data, std::size_t bytes) {
   require_usable();
-  PeerOpState& state = peer_state(peer);
-  const bool large = large_message(bytes);
-  const bool digest = carries_digest(bytes);
-  // See fabric_transport.h: the header goes ahead of a message without a digest, and ahead of a
-  // small one to a peer this rank receives nothing from (yet), which may expect a large one.
-  if (!state.header_sent && !digests_in_cq_data_ && (!digest || !state.receiving)) {
-    state.header_sent = true;
-    send_header(peer);
-  }
-  const std::uint64_t bits = op_tag(rank_, data_index(index), large);
+  const bool large = agreement_.large_message(bytes);
+  const bool digest = agreement_.carries_digest(bytes);
+  if (agreement_.header_due_before_send(peer, bytes)) send_header(peer);
+  const std::uint64_t bits = agreement_.data_tag(rank_, index, bytes);
   fid_ep* ep = endpoint_->endpoint();
   const fi_addr_t destination = peers_[peer];
-  const std::uint64_t op_digest = op_digest_;
+  const std::uint64_t op_digest = agreement_.digest();
   if (!large && injects_small_sends_) {
     // Written into the peer's shared memory before returning; no completion is generated.
     if (digest) {
@@ -313,22 +295,13 @@ collectives::PeerTransport::Request FabricTransport::send(int peer, std::uint32_
 collectives::PeerTransport::Request FabricTransport::recv(int peer, std::uint32_t index, void* data,
                                                           std::size_t bytes) {
   require_usable();
-  PeerOpState& state = peer_state(peer);
-  state.receiving = true;
-  const bool large = large_message(bytes);
   void* desc = descriptor_for(data, bytes);
   const Request request = acquire(SlotKind::kRecv, peer, index, bytes);
   Slot& s = slots_[request];
   s.buffer = data;
   s.desc = desc;
-  s.tag = op_tag(peer, data_index(index), large);
-  // A message without a digest waits for the header: only then is its size known to match the
-  // sender's.
-  if (!carries_digest(bytes) && !state.header_valid) {
-    state.deferred.push_back(request);
-  } else {
-    post_receive(request);
-  }
+  s.tag = agreement_.data_tag(peer, index, bytes);
+  if (agreement_.receive_ready(peer, request, bytes)) post_receive(request);
   return request;
 }
 
@@ -346,10 +319,7 @@ void FabricTransport::wait(Request request) {
     const auto now = Clock::now();
     check_deadline(now, s.peer, s.kind == SlotKind::kSend ? "a send to" : "a message from");
     if (header_due == kNotYet) header_due = now + kHeaderAfterIdle;
-    if (now >= header_due && !peer_states_[s.peer].header_sent) {
-      peer_state(s.peer).header_sent = true;
-      probe_with_header(s.peer);
-    }
+    if (now >= header_due && agreement_.probe_due(s.peer)) probe_with_header(s.peer);
     backoff.pause(now);
   }
   release(request);
@@ -362,12 +332,12 @@ bool FabricTransport::progress() {
       guarded("fi_cq_read", [&] { return fi_cq_read(cq, entries, kCompletionBatch); });
   if (count > 0) {
     for (ssize_t i = 0; i < count; ++i) complete(entries[i]);
-    if (!ready_receives_.empty()) post_ready_receives();
-    if (!header_reposts_.empty()) repost_header_channels();
+    if (!agreement_.ready_receives().empty()) post_ready_receives();
+    if (!agreement_.header_reposts().empty()) repost_header_channels();
     return true;
   }
-  if (!ready_receives_.empty()) post_ready_receives();
-  if (!header_reposts_.empty()) repost_header_channels();
+  if (!agreement_.ready_receives().empty()) post_ready_receives();
+  if (!agreement_.header_reposts().empty()) repost_header_channels();
   if (count == -FI_EAGAIN) return false;
   if (count == -FI_EAVAIL) raise_completion_error();
   fail(-1, "reading the completion queue failed: " + fabric_error_text(count));
@@ -375,58 +345,48 @@ bool FabricTransport::progress() {
 
 void FabricTransport::complete(const fi_cq_tagged_entry& entry) {
   Slot& s = *reinterpret_cast<Slot*>(entry.op_context);
-  if (s.kind != SlotKind::kControl && s.peer >= 0)
-    reached_[static_cast<std::size_t>(s.peer)] = true;
+  if (s.kind != SlotKind::kControl && s.peer >= 0) teardown_->reached(s.peer);
   switch (s.kind) {
-    case SlotKind::kControl: {
-      const int source = static_cast<int>(decode_tag(entry.tag).source);
-      const std::size_t length = std::min(entry.len, kNoticeBytes);
-      std::uint32_t their_sequence = sequence_;
-      std::string text;
-      if (length >= kNoticeSequenceBytes) {
-        std::memcpy(&their_sequence, s.buffer, kNoticeSequenceBytes);
-        text.assign(static_cast<const char*>(s.buffer) + kNoticeSequenceBytes,
-                    length - kNoticeSequenceBytes);
-      }
-      const std::string cause = "rank " + std::to_string(source) +
-                                " aborted the job's collectives" +
-                                (text.empty() ? std::string() : ": " + text);
-      // A rank that failed in a later op has finished this one: what it owed this rank is on
-      // its way, so let this op complete (briefly) and fail the next one instead.
-      const std::uint32_t ahead = their_sequence - sequence_;
-      if (in_op_ && ahead != 0 && ahead < (1u << 31)) {
-        pending_abort_peer_ = source;
-        pending_abort_ = cause;
-        const auto now = Clock::now();
-        deadline_.limit(now, kAbortGrace);
-        s.done = true;
-        return;
-      }
-      fail(source, cause);
-    }
+    case SlotKind::kControl:
+      take_notice(s, entry);
+      s.done = true;  // deferred: the op may still complete
+      return;
     case SlotKind::kHeader:
       if (entry.len != sizeof(CollectiveSignature)) fail_mismatch(s.peer, nullptr);
       take_header(s.peer);
       return;  // a standing receive: never "done"
     case SlotKind::kRecv:
-      if (entry.len != s.bytes) {
-        fail(s.peer, "rank " + std::to_string(s.peer) + " sent " + std::to_string(entry.len) +
-                         " bytes where this rank expected " + std::to_string(s.bytes) +
-                         "; the ranks passed buffers of different sizes");
-      }
-      if (carries_digest(s.bytes) &&
-          (!(entry.flags & FI_REMOTE_CQ_DATA) || entry.data != op_digest_)) {
-        fail(s.peer, "rank " + std::to_string(s.peer) + " issued another collective than this " +
-                         "rank's " + describe(header_) +
-                         " (another kind, type, element count, op, root, or DDP_FABRIC_* "
-                         "setting); every rank must issue the same collectives in the same "
-                         "order");
-      }
+      check_received(s, entry);
       break;
     default:
       break;
   }
   s.done = true;
+}
+
+void FabricTransport::take_notice(const Slot& s, const fi_cq_tagged_entry& entry) {
+  const int source = static_cast<int>(decode_tag(entry.tag).source);
+  const Teardown::Notice notice =
+      Teardown::read_notice(source, s.buffer, entry.len, agreement_.sequence());
+  if (!teardown_->defer(notice, agreement_.sequence(), agreement_.in_op())) {
+    fail(source, notice.cause);
+  }
+  deadline_.limit(Clock::now(), kAbortGrace);
+}
+
+void FabricTransport::check_received(const Slot& s, const fi_cq_tagged_entry& entry) {
+  if (entry.len != s.bytes) {
+    fail(s.peer, "rank " + std::to_string(s.peer) + " sent " + std::to_string(entry.len) +
+                     " bytes where this rank expected " + std::to_string(s.bytes) +
+                     "; the ranks passed buffers of different sizes");
+  }
+  if (!agreement_.digest_matches(s.bytes, (entry.flags & FI_REMOTE_CQ_DATA) != 0, entry.data)) {
+    fail(s.peer, "rank " + std::to_string(s.peer) + " issued another collective than this " +
+                     "rank's " + describe(agreement_.header()) +
+                     " (another kind, type, element count, op, root, or DDP_FABRIC_* "
+                     "setting); every rank must issue the same collectives in the same "
+                     "order");
+  }
 }
 
 }  // namespace ddp::detail::fabric

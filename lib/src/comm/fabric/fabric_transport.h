@@ -3,43 +3,19 @@
 // completion queue the endpoint owns; requests are tracked individually through their
 // FI_CONTEXT2 contexts, so a completion that arrives while another request is awaited is simply
 // recorded (never counted against the wrong wait). Every wait is bounded by the op's deadline.
-// The class is one state machine in four files, one per concept:
+// Its two protocols are collaborators it owns, with narrow interfaces:
+//  - Agreement (agreement.h): the ranks check that they run the same collective before data lands
+//    where the other side did not mean it to. It decides tags, digests, when a header goes out
+//    and when a receive may be posted; it makes no libfabric call.
+//  - Teardown (teardown.h): what failed, which peers to tell, the abort notices and the closing
+//    of the endpoint, each call bounded by the stuck-call guard.
+// The transport's own files:
 //  - fabric_transport.cpp: requests and progress (slots, send/recv/wait, the completion queue);
-//  - fabric_transport_agreement.cpp: the agreement protocol (below);
+//  - fabric_transport_agreement.cpp: carrying out the agreement's decisions (header sends, the
+//    header channels, deferred receives);
 //  - fabric_transport_liveness.cpp: deadlines and peer liveness (with op_deadline.h);
-//  - fabric_transport_teardown.cpp: failure and teardown (below).
-//
-// Agreement: ranks must check that they run the same collective before data lands where the
-// other side did not mean it to. Two means, chosen per message:
-//  - A small message (up to the inject size) carries a 64-bit digest of this rank's
-//    CollectiveSignature as its remote CQ data; the receiver checks it on completion. Its receive
-//    is posted at once.
-//  - A large message is preceded by an op header (the whole signature) on the peer's header
-//    channel, and its receive is posted only once that header has agreed: a large message must
-//    never land in a receive of another size (see message_tag.h for why on shm). A rank also
-//    sends its header before a small message to a peer it is not receiving from in this op (a
-//    broadcast's root, say): that peer may expect a large message and would otherwise wait for a
-//    header that never comes, not learning of the disagreement until its timeout.
-// The header channel is one receive per peer, posted for the communicator's life and reposted
-// once a header is used, so a header is seen even by a rank that expected none: a header for a
-// later op waits until this rank gets there, one for an op already completed (its messages all
-// checked) is dropped. An all-small op, such as every allreduce up to 8 eager messages, thus
-// costs no message beyond its data: a header in every op added a fifth to a small allreduce on
-// shm (bench/results/2026-11-23-shm-small-digests.txt).
-//
-// Over ofi_rxm every data message carries the digest, large ones too, and headers are sent only
-// after a slow wait (kHeaderAfterIdle, which applies everywhere): rxm reports a message longer
-// than its receive as a truncation, so the shm hazard above does not exist there, and a header
-// message of its own would cost each op a send and a receive system call per peer. A provider
-// without 8 bytes of CQ data sends the header before every first message and defers every
-// receive until it agreed.
-//
-// On any failure (error completion, mismatch, timeout, peer exit, or an abort notice from a
-// peer) the transport tells every peer with a control message (over ofi_rxm after an error
-// completion, only those its connection is established with: see may_notify()), so their
-// waits end too, closes its endpoint (over ofi_rxm leaves it open until the process exits: see
-// the constructor) and refuses later ops. No libfabric call is made on it again, so nothing
-// touches caller memory.
+//  - fabric_transport_teardown.cpp: failing an op, and the order in which its objects are closed
+//    or leaked.
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -47,10 +23,12 @@
 #include <vector>
 
 #include "comm/collectives/peer_transport.h"
+#include "comm/fabric/agreement.h"
 #include "comm/fabric/fabric_endpoint.h"
 #include "comm/fabric/op_deadline.h"
 #include "comm/fabric/peer_liveness.h"
 #include "comm/fabric/stuck_call_guard.h"
+#include "comm/fabric/teardown.h"
 
 struct fi_cq_tagged_entry;
 
@@ -83,42 +61,31 @@ class FabricTransport final : public collectives::PeerTransport {
  private:
   enum class SlotKind : std::uint8_t { kFree, kSend, kRecv, kHeader, kControl };
   struct Slot;
-  struct PeerOpState {
-    bool touched = false;  // listed in touched_peers_, reset at end_op
-    bool header_sent = false;
-    bool receiving = false;  // a receive from this peer was issued in this op
-    bool header_valid = false;
-    std::vector<Request> deferred;  // receives waiting for the header
-  };
   struct AlignedDeleter {
     void operator()(char* p) const;
   };
 
   Request acquire(SlotKind kind, int peer, std::uint32_t index, std::size_t bytes);
   void release(Request request);
-  PeerOpState& peer_state(int peer);
 
   // Reads the completion queue once; true if anything completed.
   bool progress();
   void complete(const fi_cq_tagged_entry& entry);
   [[noreturn]] void raise_completion_error();
+  // Whether an error completion's code says the peer's connection went away.
+  static bool connection_lost(int code);
+  // Why `peer`'s connection went away: its exit, where this host sees it, or its giving up.
+  std::string peer_gone(int peer) const;
   // Posts receives whose headers have arrived; keeps those the provider cannot take yet.
   void post_ready_receives();
   void post_receive(Request request);
-  // The tag of a message of the current op sent by `source` (its header or its data).
-  std::uint64_t op_tag(int source, std::uint32_t index, bool large = false) const;
-  // Whether a data message of `bytes` carries the tag's large bit; sender and receiver must
-  // decide alike.
-  bool large_message(std::size_t bytes) const;
-  // Whether a data message of `bytes` carries the op's digest as its CQ data.
-  bool carries_digest(std::size_t bytes) const;
+  // A control notice from a peer: fails the op, or defers its failure (Teardown::defer).
+  void take_notice(const Slot& slot, const fi_cq_tagged_entry& entry);
+  void check_received(const Slot& slot, const fi_cq_tagged_entry& entry);
   void send_header(int peer);
   // Injects this op's header to `peer` after a slow wait (see kHeaderAfterIdle), untracked.
   void probe_with_header(int peer);
-  // The tag of `source`'s header channel: sequence 0 and the header index, never a data tag.
-  std::uint64_t header_tag(int source) const;
-  // Acts on the header in `peer`'s channel buffer: checks one for this op (then reposts the
-  // channel), keeps one for a later op, drops one for an earlier op.
+  // Acts on the header in `peer`'s channel buffer, as the agreement judges it.
   void take_header(int peer);
   // Reposts the header channels whose headers were used; keeps those the provider cannot take yet.
   void repost_header_channels();
@@ -151,13 +118,8 @@ class FabricTransport final : public collectives::PeerTransport {
   [[noreturn]] void fail_mismatch(int peer, const CollectiveSignature* theirs);
   // A libfabric call never returned (guarded()): fails the op, blaming an exited peer if any.
   [[noreturn]] void fail_stuck_call();
-  const char* op_name() const { return to_string(header_.kind); }
+  const char* op_name() const { return to_string(agreement_.header().kind); }
   void abandon(const std::string& reason);
-  void notify_peers(const std::string& reason);
-  // Whether a best-effort notice may go to `peer` now (see notify_peers()).
-  bool may_notify(int peer) const;
-  // Reads and discards completions for `period`; false if the provider wedged.
-  bool drain_quietly(std::chrono::milliseconds period);
   void release_fabric();
   // Leaks the fabric objects without touching them (wedged_ must be set).
   void abandon_silently();
@@ -175,19 +137,17 @@ class FabricTransport final : public collectives::PeerTransport {
   std::unique_ptr<FabricEndpoint> endpoint_;
   std::vector<fi_addr_t> peers_;
   int rank_;
+  Agreement agreement_;
   OpDeadline deadline_;
   PeerLiveness liveness_;
   pid_t owner_;
   std::size_t inject_bytes_;
   std::size_t max_message_bytes_;
   bool is_shm_;
-  bool rxm_ = false;  // ofi_rxm over a message provider (tcp;ofi_rxm)
   bool injects_small_sends_;
   // How long a wait spins before it starts yielding its core (see the constructor).
   std::chrono::microseconds spin_before_yield_;
-  bool digests_in_cq_data_;  // ofi_rxm: no header messages (see above)
-  bool small_digests_;       // elsewhere, with 8 bytes of CQ data: small messages carry digests
-  std::uint64_t op_digest_ = 0;
+  std::unique_ptr<Teardown> teardown_;  // after liveness_ and guard_, which it refers to
 
   std::deque<Slot> slots_;  // stable addresses: libfabric holds pointers to their contexts
   std::vector<Request> op_requests_;  // taken since the op began (end_op waits for them)
@@ -195,8 +155,6 @@ class FabricTransport final : public collectives::PeerTransport {
   std::vector<Request> free_slots_;
   std::vector<std::unique_ptr<Slot>> control_slots_;  // abort-notice receives
   std::vector<std::unique_ptr<Slot>> header_slots_;   // header channel receives, by peer
-  std::vector<int> parked_headers_;  // peers whose channel holds a header for a later op
-  std::vector<int> header_reposts_;  // peers whose channel waits to be reposted
   std::size_t notice_receives_ = 1;
   // Small registered area: one header channel buffer per peer (this rank's own stages the header
   // it sends), then the abort-notice buffers.
@@ -208,23 +166,6 @@ class FabricTransport final : public collectives::PeerTransport {
   std::unique_ptr<MemoryRegistration> scratch_registration_;
   std::vector<std::unique_ptr<MemoryRegistration>> op_registrations_;
   std::uint64_t next_key_ = 1;
-
-  std::vector<PeerOpState> peer_states_;
-  // Peers a message of this communicator completed with, by rank (over ofi_rxm: the peers its
-  // connection to is established), and the peer an op's failure came from, if any.
-  std::vector<bool> reached_;
-  int failed_peer_ = -1;
-  bool completion_failed_ = false;  // the provider reported an error completion
-  std::vector<int> touched_peers_;
-  std::vector<Request> ready_receives_;
-
-  bool in_op_ = false;
-  CollectiveSignature header_;  // this rank's, sent to every peer before its first message
-  std::uint32_t sequence_ = 0;
-  std::string failure_;
-  // An abort notice from a peer that was already past the current op (see complete()).
-  std::string pending_abort_;
-  int pending_abort_peer_ = -1;
 };
 
 }  // namespace ddp::detail::fabric

@@ -1,10 +1,8 @@
-// The agreement protocol: before data lands where the other side did not mean it to, the ranks
-// check that they run the same collective, through a digest in a small message's CQ data or an
-// op header on the peer's header channel (see fabric_transport.h).
+// Carrying out the agreement protocol's decisions (agreement.h): header sends, the standing
+// header channels, and the receives that waited for a header.
 #include <rdma/fi_tagged.h>
 
 #include <cstring>
-#include <type_traits>
 
 #include "comm/fabric/fabric_transport.h"
 #include "comm/fabric/fabric_transport_internal.h"
@@ -12,37 +10,9 @@
 
 namespace ddp::detail::fabric {
 
-static_assert(std::is_trivially_copyable_v<CollectiveSignature>, "headers travel as raw bytes");
-
-std::uint64_t FabricTransport::op_tag(int source, std::uint32_t index, bool large) const {
-  MessageTag tag;
-  tag.large = large;
-  tag.sequence = sequence_;
-  tag.source = static_cast<std::uint32_t>(source);
-  tag.index = index;
-  return encode_tag(tag);
-}
-
-bool FabricTransport::large_message(std::size_t bytes) const {
-  // With digests the ranks may disagree on the size before anything shows it: the tags must
-  // match regardless, so the size bit stays clear.
-  return bytes > inject_bytes_ && !digests_in_cq_data_;
-}
-
-bool FabricTransport::carries_digest(std::size_t bytes) const {
-  return digests_in_cq_data_ || (small_digests_ && !large_message(bytes));
-}
-
-std::uint64_t FabricTransport::header_tag(int source) const {
-  MessageTag tag;
-  tag.source = static_cast<std::uint32_t>(source);
-  tag.index = kHeaderIndex;
-  return encode_tag(tag);
-}
-
 void FabricTransport::send_header(int peer) {
-  const std::uint64_t bits = header_tag(rank_);
-  const CollectiveSignature& header = header_;
+  const std::uint64_t bits = Agreement::header_tag(rank_);
+  const CollectiveSignature& header = agreement_.header();
   fid_ep* ep = endpoint_->endpoint();
   const fi_addr_t destination = peers_[peer];
   if (injects_small_sends_ && sizeof(header) <= inject_bytes_) {
@@ -70,8 +40,8 @@ void FabricTransport::probe_with_header(int peer) {
   // provider's inject size (48 bytes; tcp;ofi_rxm injects 64).
   if (sizeof(CollectiveSignature) > inject_bytes_) return;
   if (auto pid = liveness_.pid_of(peer); pid && process_exiting(*pid)) return;
-  const CollectiveSignature& header = header_;
-  const std::uint64_t bits = header_tag(rank_);
+  const CollectiveSignature& header = agreement_.header();
+  const std::uint64_t bits = Agreement::header_tag(rank_);
   fid_ep* ep = endpoint_->endpoint();
   const fi_addr_t destination = peers_[peer];
   guarded("fi_tinject", [&] { return fi_tinject(ep, &header, sizeof(header), destination, bits); });
@@ -80,27 +50,14 @@ void FabricTransport::probe_with_header(int peer) {
 void FabricTransport::take_header(int peer) {
   CollectiveSignature theirs;
   std::memcpy(&theirs, header_buffer(peer), sizeof(theirs));
-  const auto ahead =
-      static_cast<std::int32_t>(static_cast<std::uint32_t>(theirs.sequence) - sequence_);
-  if (ahead > 0 || (ahead == 0 && !in_op_)) {
-    parked_headers_.push_back(peer);  // the channel stays unposted until this rank gets there
-    return;
+  if (agreement_.take_header(peer, theirs) == Agreement::Verdict::kDisagrees) {
+    fail_mismatch(peer, &theirs);
   }
-  if (ahead == 0) {
-    if (!theirs.agrees_with(header_)) fail_mismatch(peer, &theirs);
-    PeerOpState& state = peer_state(peer);
-    state.header_valid = true;
-    ready_receives_.insert(ready_receives_.end(), state.deferred.begin(), state.deferred.end());
-    state.deferred.clear();
-  }
-  // A header for an op this rank completed came after every message it received from the peer
-  // in that op had been checked: nothing is left for it to protect.
-  header_reposts_.push_back(peer);
 }
 
 void FabricTransport::repost_header_channels() {
   post_queued_receives(
-      header_reposts_, [this](int peer) -> Slot& { return *header_slots_[peer]; },
+      agreement_.header_reposts(), [this](int peer) -> Slot& { return *header_slots_[peer]; },
       "the header channel from");
 }
 
@@ -135,12 +92,12 @@ void FabricTransport::post_receive(Request request) {
 
 void FabricTransport::post_ready_receives() {
   post_queued_receives(
-      ready_receives_, [this](Request request) -> Slot& { return slots_[request]; },
+      agreement_.ready_receives(), [this](Request request) -> Slot& { return slots_[request]; },
       "a receive from");
 }
 
 void FabricTransport::fail_mismatch(int peer, const CollectiveSignature* theirs) {
-  fail(peer, theirs ? mismatch_message(header_, *theirs, peer)
+  fail(peer, theirs ? mismatch_message(agreement_.header(), *theirs, peer)
                     : "rank " + std::to_string(peer) +
                           " sent an op header of the wrong size; is it running another version "
                           "of this library?");

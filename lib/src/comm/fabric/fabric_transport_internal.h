@@ -1,8 +1,9 @@
 #pragma once
 // What the files of FabricTransport share (fabric_transport.cpp: requests and progress;
-// fabric_transport_agreement.cpp: the agreement protocol; fabric_transport_liveness.cpp:
-// deadlines and peer liveness; fabric_transport_teardown.cpp: failure and teardown): the request
-// slot, the limits, and the two call wrappers every libfabric call goes through.
+// fabric_transport_agreement.cpp: carrying out the agreement's decisions;
+// fabric_transport_liveness.cpp: deadlines and peer liveness; fabric_transport_teardown.cpp:
+// failing an op and releasing its objects): the request slot, the limits (Teardown's too), and
+// the two call wrappers every libfabric call goes through.
 #include <rdma/fi_errno.h>
 
 #include <chrono>

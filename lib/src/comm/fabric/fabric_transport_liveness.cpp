@@ -19,7 +19,7 @@ constexpr int kExitedPeerDrainIdlePolls = 200;
 }  // namespace
 
 void FabricTransport::fail_deadline(int peer, const char* waiting_for) {
-  if (!pending_abort_.empty()) fail(pending_abort_peer_, pending_abort_);
+  if (const auto& pending = teardown_->pending()) fail(pending->source, pending->cause);
   fail(peer,
        std::string("no progress within the ") + std::to_string(deadline_.timeout().count()) +
            " ms timeout while waiting for " + waiting_for + " rank " + std::to_string(peer) +

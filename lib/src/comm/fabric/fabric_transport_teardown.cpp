@@ -1,12 +1,14 @@
-// Failure and teardown: an op's error is built once, every peer is told (best effort, bounded in
-// time), and the endpoint is closed, or left open or leaked where closing is unsafe. No libfabric
-// call is made on the endpoint afterwards, so nothing touches caller memory.
+// Failing an op and tearing the transport down: an op's error is built once, Teardown
+// (teardown.h) tells every peer and closes the endpoint, and this file keeps the order in which
+// the transport's objects are released, or left open or leaked where closing is unsafe. No
+// libfabric call is made on the endpoint afterwards, so nothing touches caller memory.
 #include <rdma/fi_eq.h>
 #include <rdma/fi_tagged.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -50,7 +52,7 @@ FabricTransport::~FabricTransport() {
 }
 
 void FabricTransport::abandon_silently() {
-  failure_ = "the communicator belongs to another process";
+  teardown_->record_failure("the communicator belongs to another process");
   release_fabric();
 }
 
@@ -58,17 +60,13 @@ void FabricTransport::release_fabric() {
   if (!endpoint_) return;
   if (!wedged_) {
     // The endpoint goes first, so nothing still posted can touch memory released below.
-    FabricEndpoint* endpoint = endpoint_.get();
-    if (guard_->run(
-            "fi_close", [endpoint] { endpoint->close_endpoint(); }, kBestEffortCallLimit)) {
+    if (teardown_->close(*endpoint_)) {
       op_registrations_.clear();
       scratch_registration_.reset();
       control_registration_.reset();
       endpoint_.reset();
       return;
     }
-    log::debug("fabric: closing the endpoint: {} without returning; leaking it",
-               guard_->last_abandoned_reason());
     wedged_ = true;
   }
   // A provider call never returned (or the objects belong to the parent of this forked
@@ -102,10 +100,10 @@ void FabricTransport::fail_stuck_call() {
 }
 
 void FabricTransport::require_usable() const {
-  if (!failure_.empty()) {
+  if (teardown_->failed()) {
     throw CommError(op_name(), rank_, -1,
-                    "the fabric communicator is unusable after an earlier failure (" + failure_ +
-                        "); recreate the communicator or restart the job");
+                    "the fabric communicator is unusable after an earlier failure (" +
+                        teardown_->failure() + "); recreate the communicator or restart the job");
   }
 }
 
@@ -121,7 +119,7 @@ void FabricTransport::raise_completion_error() {
   const std::string message =
       fabric_error_text(code) +
       (detail && *detail ? std::string(", provider says: ") + detail : std::string());
-  completion_failed_ = true;
+  teardown_->completion_failed();
   Slot* s = static_cast<Slot*>(error.op_context);
   if (!s) fail(-1, "libfabric reported " + message);
   if (s->kind == SlotKind::kControl) {
@@ -140,13 +138,32 @@ void FabricTransport::raise_completion_error() {
                       " bytes this rank expected; the ranks passed buffers of different sizes");
   }
   const char* direction = s->kind == SlotKind::kSend ? "a send to" : "a receive from";
-  fail(s->peer, std::string("libfabric failed ") + direction + " rank " + std::to_string(s->peer) +
-                    ": " + message);
+  const std::string failed = std::string("libfabric failed ") + direction + " rank " +
+                             std::to_string(s->peer) + ": " + message;
+  fail(s->peer, connection_lost(code) ? peer_gone(s->peer) + " (" + failed + ")" : failed);
+}
+
+bool FabricTransport::connection_lost(int code) {
+  return code == FI_ENOTCONN || code == FI_ECONNRESET || code == FI_ECONNABORTED ||
+         code == FI_ECONNREFUSED || code == EPIPE;
+}
+
+std::string FabricTransport::peer_gone(int peer) const {
+  // A peer that failed first (a mismatch it saw, say) sends its abort notice and exits; a
+  // message to it can then fail before the notice is read. Reading on to find the notice would
+  // run ofi_rxm's progress after an error completion, which may_notify() explains is unsafe.
+  const std::string who = "rank " + std::to_string(peer);
+  if (auto pid = liveness_.pid_of(peer); pid && process_exiting(*pid)) {
+    return who + " (pid " + std::to_string(*pid) + " on this host) exited during the collective";
+  }
+  return who +
+         " closed its connection during the collective: it exited or gave up on the op, "
+         "and its own error names the cause";
 }
 
 void FabricTransport::fail(int peer, const std::string& cause, bool timed_out) {
   const std::string op = op_name();
-  if (failure_.empty()) failed_peer_ = peer;
+  teardown_->blame(peer);
   if (timed_out) {
     TimeoutError error(op, rank_, peer, cause);
     abandon(error.what());
@@ -158,111 +175,23 @@ void FabricTransport::fail(int peer, const std::string& cause, bool timed_out) {
 }
 
 void FabricTransport::abandon(const std::string& reason) {
-  if (!failure_.empty() || !endpoint_) return;
-  failure_ = reason;
+  if (!endpoint_ || !teardown_->record_failure(reason)) return;
   log::debug("fabric: abandoning the endpoint: {}", reason);
-  if (!wedged_) notify_peers(reason);
+  if (!wedged_) {
+    const NoticeStaging staging{notice_buffer(notice_receives_),
+                                control_registration_->descriptor()};
+    wedged_ =
+        !teardown_->notify_peers(*endpoint_, peers_, agreement_.sequence(), reason, staging,
+                                 [this](int peer, std::size_t bytes) -> void* {
+                                   return &slots_[acquire(SlotKind::kSend, peer, 0, bytes)].context;
+                                 });
+  }
   if (leaves_failed_endpoint_open_ && !wedged_) {
     log::debug("fabric: leaving the failed {} endpoint open until the process exits",
                endpoint_->info().fabric_attr->prov_name);
     return leak_fabric();
   }
   release_fabric();
-}
-
-void FabricTransport::notify_peers(const std::string& reason) {
-  // Tell every peer, so that ranks waiting on this one (or on others) stop now rather than at
-  // their timeout. Best effort: a peer that is gone simply never reads it.
-  MessageTag tag;
-  tag.control = true;
-  tag.source = static_cast<std::uint32_t>(rank_);
-  const std::uint64_t bits = encode_tag(tag);
-  std::string notice(kNoticeSequenceBytes, '\0');
-  std::memcpy(notice.data(), &sequence_, kNoticeSequenceBytes);
-  notice += reason;
-  notice.resize(std::min(notice.size(), kNoticeBytes));
-  // Where the provider injects less (64 bytes over tcp;ofi_rxm) the notice is sent from the
-  // registered control area instead, so that the peers read the whole reason.
-  const bool injected = notice.size() <= inject_bytes_;
-  char* staged = notice_buffer(notice_receives_);
-  std::memcpy(staged, notice.data(), notice.size());
-  void* desc = control_registration_->descriptor();
-  fid_ep* ep = endpoint_->endpoint();
-  const std::size_t length = notice.size();
-  const auto give_up = Clock::now() + std::chrono::milliseconds(100);
-  for (int peer = 0; peer < size(); ++peer) {
-    if (peer == rank_ || !may_notify(peer)) continue;
-    const fi_addr_t destination = peers_[peer];
-    void* context = injected ? nullptr : &slots_[acquire(SlotKind::kSend, peer, 0, length)].context;
-    for (;;) {
-      ssize_t rc = 0;
-      if (!guard_->run(
-              injected ? "fi_tinject" : "fi_tsend",
-              [&] {
-                rc = injected ? fi_tinject(ep, staged, length, destination, bits)
-                              : fi_tsend(ep, staged, length, desc, destination, bits, context);
-              },
-              kBestEffortCallLimit)) {
-        log::debug("fabric: the abort notice to rank {}: {} without returning", peer,
-                   guard_->last_abandoned_reason());
-        wedged_ = true;
-        return;
-      }
-      if (rc != -FI_EAGAIN || Clock::now() >= give_up) break;
-      if (!drain_quietly(std::chrono::milliseconds(0))) return;
-    }
-  }
-  // shm delivers an inject before returning; socket providers need progress to send. Not
-  // ofi_rxm after an error completion: its progress runs the connection progress that
-  // may_notify() keeps away from, and its tcp sends a small message on an established
-  // connection at once.
-  if (!is_shm_ && !(rxm_ && completion_failed_)) drain_quietly(std::chrono::milliseconds(20));
-}
-
-bool FabricTransport::may_notify(int peer) const {
-  // A peer killed inside shm's critical section leaves its region locked: skip known-dead
-  // peers rather than wait for the stuck-call guard; and peers on their way out, whose
-  // connections ofi_rxm may be tearing down (sending on one crashed it).
-  if (auto pid = liveness_.pid_of(peer); pid && process_exiting(*pid)) return false;
-  if (!rxm_ || !completion_failed_) return true;
-  // Over ofi_rxm, a send to a peer without an established connection makes rxm connect and run
-  // its connection progress, which also handles the shutdowns of peers that have exited. After
-  // an error completion (a truncated large message, say) libfabric 1.17 crashes there: the
-  // flush of the closed connection reaches the failed receive's state again (rxm_conn_progress,
-  // rxm_process_shutdown, rxm_handle_rx_buf, rxm_cq_write_error; a segfault once in 100
-  // mismatched 8-rank allreduces under load). So then notices go only to peers whose connection
-  // is established, as a message completed with them, and not to the peer the failure came
-  // from: no rxm call can run that progress. The others learn it from the ranks this one told,
-  // or at their op timeout. (Without an error completion every peer is told: the notice carries
-  // the root cause's text, though reaching a peer that is not progressing its endpoint can keep
-  // a rank here for over a second.)
-  return reached_[static_cast<std::size_t>(peer)] && peer != failed_peer_;
-}
-
-bool FabricTransport::drain_quietly(std::chrono::milliseconds period) {
-  fid_cq* cq = endpoint_->completion_queue();
-  const auto until = Clock::now() + period;
-  do {
-    fi_cq_tagged_entry entries[kCompletionBatch];
-    ssize_t rc = 0;
-    if (!guard_->run(
-            "fi_cq_read", [&] { rc = fi_cq_read(cq, entries, kCompletionBatch); },
-            kBestEffortCallLimit)) {
-      log::debug("fabric: draining after a failure: {} without returning",
-                 guard_->last_abandoned_reason());
-      wedged_ = true;
-      return false;
-    }
-    if (rc == -FI_EAVAIL) {
-      fi_cq_err_entry error{};
-      if (!guard_->run(
-              "fi_cq_readerr", [&] { rc = fi_cq_readerr(cq, &error, 0); }, kBestEffortCallLimit)) {
-        wedged_ = true;
-        return false;
-      }
-    }
-  } while (Clock::now() < until);
-  return true;
 }
 
 }  // namespace ddp::detail::fabric
