@@ -22,8 +22,13 @@ namespace {
 
 constexpr std::size_t kAlignment = 4096;
 
+// ofi_rxm over a message provider (tcp;ofi_rxm).
+bool is_rxm(const fi_info& info) {
+  return std::strstr(info.fabric_attr->prov_name, "ofi_rxm") != nullptr;
+}
+
 DigestPolicy digest_policy(const fi_info& info) {
-  const bool rxm = std::strstr(info.fabric_attr->prov_name, "ofi_rxm") != nullptr;
+  const bool rxm = is_rxm(info);
   const bool has_cq_data = info.domain_attr->cq_data_size >= sizeof(std::uint64_t);
   DigestPolicy policy;
   policy.inject_bytes = info.tx_attr->inject_size;
@@ -70,7 +75,7 @@ FabricTransport::FabricTransport(std::unique_ptr<FabricEndpoint> endpoint,
   // entry whose context is gone (a segfault in rxm_handle_comp_error, about 1 in 250 failed
   // 3-4 rank collectives over tcp;ofi_rxm on a loaded machine). A failed communicator is never
   // used again, and the process closes its sockets when it exits, so there it stays open.
-  const bool rxm = std::strstr(info.fabric_attr->prov_name, "ofi_rxm") != nullptr;
+  const bool rxm = is_rxm(info);
   leaves_failed_endpoint_open_ = rxm;
   // Over TCP the data moves only while the peer runs its progress too: a rank that yields its
   // core to a busy thread (training compute, or any CPU hog) for a time slice stalls both, so it

@@ -111,6 +111,8 @@ class FabricTransport final : public collectives::PeerTransport {
   std::vector<bool> awaited_peers() const;
   // Fails the op if a peer it waits on has exited (same-host peers only).
   void check_awaited_peers_alive();
+  // "rank N (pid P on this host) exited during the collective", for a watched peer.
+  std::string exited_during_op(int peer) const;
 
   void require_usable() const;
   // Builds the op's error, abandons the transport and throws it.

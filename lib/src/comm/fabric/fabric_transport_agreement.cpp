@@ -39,7 +39,7 @@ void FabricTransport::probe_with_header(int peer) {
   // broadcast's root), where a tracked send would fail the op. Headers fit every local
   // provider's inject size (48 bytes; tcp;ofi_rxm injects 64).
   if (sizeof(CollectiveSignature) > inject_bytes_) return;
-  if (auto pid = liveness_.pid_of(peer); pid && process_exiting(*pid)) return;
+  if (liveness_.exiting(peer)) return;
   const CollectiveSignature& header = agreement_.header();
   const std::uint64_t bits = Agreement::header_tag(rank_);
   fid_ep* ep = endpoint_->endpoint();

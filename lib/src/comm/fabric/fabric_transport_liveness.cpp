@@ -49,9 +49,12 @@ void FabricTransport::check_awaited_peers_alive() {
     idle_polls = progress() ? 0 : idle_polls + 1;
   }
   if (!awaited_peers()[*dead]) return;
-  fail(*dead, "rank " + std::to_string(*dead) + " (pid " +
-                  std::to_string(*liveness_.pid_of(*dead)) +
-                  " on this host) exited during the collective");
+  fail(*dead, exited_during_op(*dead));
+}
+
+std::string FabricTransport::exited_during_op(int peer) const {
+  return "rank " + std::to_string(peer) + " (pid " + std::to_string(*liveness_.pid_of(peer)) +
+         " on this host) exited during the collective";
 }
 
 }  // namespace ddp::detail::fabric

@@ -152,11 +152,8 @@ std::string FabricTransport::peer_gone(int peer) const {
   // A peer that failed first (a mismatch it saw, say) sends its abort notice and exits; a
   // message to it can then fail before the notice is read. Reading on to find the notice would
   // run ofi_rxm's progress after an error completion, which may_notify() explains is unsafe.
-  const std::string who = "rank " + std::to_string(peer);
-  if (auto pid = liveness_.pid_of(peer); pid && process_exiting(*pid)) {
-    return who + " (pid " + std::to_string(*pid) + " on this host) exited during the collective";
-  }
-  return who +
+  if (liveness_.exiting(peer)) return exited_during_op(peer);
+  return "rank " + std::to_string(peer) +
          " closed its connection during the collective: it exited or gave up on the op, "
          "and its own error names the cause";
 }

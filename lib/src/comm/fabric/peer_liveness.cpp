@@ -45,4 +45,9 @@ std::optional<pid_t> PeerLiveness::pid_of(int rank) const {
   return pids_[rank];
 }
 
+bool PeerLiveness::exiting(int rank) const {
+  const auto pid = pid_of(rank);
+  return pid && process_exiting(*pid);
+}
+
 }  // namespace ddp::detail::fabric

@@ -21,6 +21,8 @@ class PeerLiveness {
   // The first watched rank of all whose process has exited or is a zombie, if any.
   std::optional<int> first_exited() const;
   std::optional<pid_t> pid_of(int rank) const;
+  // Whether `rank` is watched and its process has exited or begun to (process_exiting).
+  bool exiting(int rank) const;
 
  private:
   std::vector<std::optional<pid_t>> pids_;

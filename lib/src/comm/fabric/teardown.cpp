@@ -37,7 +37,7 @@ bool Teardown::may_notify(int peer) const {
   // A peer killed inside shm's critical section leaves its region locked: skip known-dead
   // peers rather than wait for the stuck-call guard; and peers on their way out, whose
   // connections ofi_rxm may be tearing down (sending on one crashed it).
-  if (auto pid = liveness_.pid_of(peer); pid && process_exiting(*pid)) return false;
+  if (liveness_.exiting(peer)) return false;
   if (!provider_.rxm || !completion_failed_) return true;
   // Over ofi_rxm, a send to a peer without an established connection makes rxm connect and run
   // its connection progress, which also handles the shutdowns of peers that have exited. After

@@ -178,6 +178,10 @@ TEST(PeerLiveness, SeesExitedAndZombieProcesses) {
   EXPECT_EQ(liveness.first_exited({true, true, true}), 2);
   EXPECT_EQ(liveness.first_exited({true, true, false}), std::nullopt);
   EXPECT_EQ(liveness.first_exited(), 2);
+  EXPECT_FALSE(liveness.exiting(0));  // not watched: on another host
+  EXPECT_FALSE(liveness.exiting(1));
+  EXPECT_TRUE(liveness.exiting(2));
+  EXPECT_FALSE(liveness.exiting(3));  // no such rank
   ::waitpid(child, nullptr, 0);
   EXPECT_TRUE(process_exited(child));
   EXPECT_EQ(PeerLiveness({std::nullopt, ::getpid()}).first_exited({true, true}), std::nullopt);
