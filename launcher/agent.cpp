@@ -19,6 +19,8 @@
 #include "diagnosis/trace_merge.h"
 #include "doctor/doctor.h"
 #include "metrics/event_log.h"
+#include "placement/binding_plan.h"
+#include "placement/topology.h"
 #include "rendezvous/heartbeat.h"
 #include "rendezvous/rendezvous.h"
 #include "rendezvous/store_rendezvous.h"
@@ -90,6 +92,32 @@ void print_summary(const FailureReport& root, const std::string& error_file) {
   ddp::log::error("error file: {}", error_file);
 }
 
+// --numa-binding: this node's plan, one line per worker. Without it, a hint where torchrun's
+// OMP_NUM_THREADS=1 for several workers leaves most of the node's CPUs idle.
+std::vector<RankPlacement> place_workers(const LaunchConfig& config, const HostFacts& host,
+                                         const EnvMap& env) {
+  const auto user_threads = env.find("OMP_NUM_THREADS");
+  const int nproc = config.nproc_per_node;
+  if (!config.numa_binding) {
+    const std::string hint = binding_hint(nproc, host.usable_cpus);
+    if (user_threads == env.end() && !hint.empty()) ddp::log::info("{}", hint);
+    return {};
+  }
+  const CpuTopology topology = read_topology("/", current_affinity());
+  std::vector<RankPlacement> plan = plan_binding(topology, nproc, *config.numa_binding);
+  // On one node the global ranks are the local ones; on several they are known only after each
+  // round's rendezvous, and may change from round to round.
+  const std::string who = config.max_nodes == 1 ? "rank " : "local rank ";
+  for (std::size_t lr = 0; lr < plan.size(); ++lr) {
+    ddp::log::info("{}", describe_placement(who + std::to_string(lr), plan[lr]));
+  }
+  if (user_threads != env.end()) {
+    ddp::log::info("OMP_NUM_THREADS={} from the environment wins over the plan's thread counts",
+                   user_threads->second);
+  }
+  return plan;
+}
+
 // One agent's run: its settings and logs, then round after round of workers, each ending in a
 // decision (decide_after_round, round_state.h) that this class carries out.
 class Agent {
@@ -128,6 +156,7 @@ class Agent {
   std::optional<NodeAssignment> last_node_;    // the round the agent is in, for the events
   std::optional<FailureReport> last_failure_;  // the root cause it ended with
   std::unique_ptr<EventLog> events_;
+  std::vector<RankPlacement> placement_;  // --numa-binding's plan, by local rank
   // TORCHELASTIC_HEALTH_CHECK_PORT's answer: unhealthy once this loop stalls for torchelastic's
   // 60 s, or for the store's read timeout and 10 s more (one slow store call is no stall).
   AgentHealth health_{std::max<std::chrono::milliseconds>(
@@ -145,6 +174,7 @@ Agent::Agent(const LaunchConfig& config, const HostFacts& host, const EnvMap& en
   program_ = config.command.empty() ? std::string() : find_program(config.command.front(), env);
   for (const auto& notice : config.notices) ddp::log::warn("{}", notice);
   ddp::log::info("{}", effective_.describe());
+  if (!config.doctor) placement_ = place_workers(config, host, env);
   log_root_ = make_log_root(config, temporary_logs_);
   install_python_path();
   for (int lr = 0; lr < config.nproc_per_node; ++lr) {
@@ -236,6 +266,7 @@ int Agent::run() {
       health_server = std::make_unique<HealthServer>(config_.health_check_port, health_);
     }
     Supervisor supervisor(effective_, env_, program_, log_root_, inbox_, host_.hostname);
+    supervisor.bind_workers(placement_);
     supervisor.report_progress_to(&health_);
     MetricsBoard board;
     std::unique_ptr<MetricsServer> metrics;

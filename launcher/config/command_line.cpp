@@ -114,6 +114,11 @@ const std::vector<FlagSpec>& flag_specs() {
        "backend, through a sitecustomize hook; DDP_TORCH_COLLECTIVES too)"},
       {"virtual-local-rank", "", false, "",
        "Every worker sees LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES holding only its own device"},
+      {"numa-binding", "", true, "",
+       "Bind each worker to CPUs: 'node' (its NUMA node's), 'socket' (its package's), "
+       "'exclusive' (physical cores of its own) or 'core-complex' (an L3 domain's); each then "
+       "gets OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS from its cores "
+       "(default: off)"},
       {"duplicate-stdout-filters", "", true, "",
        "Also write tee'd stdout lines that contain any of these comma-separated strings (',,' is "
        "a comma) to attempt_N/filtered_stdout.log in the node's log directory"},

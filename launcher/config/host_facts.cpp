@@ -4,11 +4,13 @@
 #include <sched.h>
 #include <unistd.h>
 
-#include <cmath>
+#include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <regex>
+
+#include "ddp/error.h"
+#include "placement/topology.h"
 
 extern char** environ;
 
@@ -26,15 +28,14 @@ std::string canonical_name(const std::string& host) {
   return name;
 }
 
-// cgroup v2 "cpu.max" is "<quota> <period>" or "max <period>": Kubernetes CPU limits land here,
-// not in the affinity mask.
+// cgroup v2 "cpu.max": Kubernetes CPU limits land there, not in the affinity mask. 0: none, or
+// a file that cannot be read as one (the count then comes from the affinity alone).
 int cgroup_cpu_limit() {
-  std::ifstream in("/sys/fs/cgroup/cpu.max");
-  std::string quota;
-  long period = 0;
-  if (!(in >> quota >> period) || quota == "max" || period <= 0) return 0;
-  const double cpus = std::stod(quota) / static_cast<double>(period);
-  return std::max(1, static_cast<int>(std::ceil(cpus)));
+  try {
+    return read_cpu_quota("/").value_or(0);
+  } catch (const ddp::Error&) {
+    return 0;
+  }
 }
 
 int count_gpus() {

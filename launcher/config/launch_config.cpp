@@ -576,6 +576,9 @@ void resolve_worker_view(const CommandLine& cli, const EnvMap& env, LaunchConfig
     }
     c.ddprun_collectives = v->value == "ddprun";
   }
+  if (auto v = pick(cli, env, "numa-binding")) {
+    c.numa_binding = parse_binding_policy(v->source, v->value);
+  }
   c.virtual_local_rank = pick_switch(cli, env, "virtual-local-rank");
   if (!c.virtual_local_rank) return;
   const auto devices = env_value(env, "CUDA_VISIBLE_DEVICES");
@@ -647,6 +650,8 @@ std::string LaunchConfig::describe() const {
       << " (from " << store_source << "), run id '" << run_id << "', max restarts " << max_restarts
       << ":";
   if (!share_worker_store) out << " worker rank 0 serves the workers' store;";
+  if (numa_binding)
+    out << " workers bound to CPUs by --numa-binding " << to_string(*numa_binding) << ";";
   if (doctor) out << " doctor (the program is not run)";
   if (preflight) out << " doctor, then";
   if (!doctor) {

@@ -13,6 +13,7 @@
 
 #include "config/command_line.h"
 #include "config/host_facts.h"
+#include "placement/binding_plan.h"
 
 namespace ddprun {
 
@@ -94,6 +95,10 @@ struct LaunchConfig {
   std::string signals_to_handle_text = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   // --virtual-local-rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES of one device per worker.
   bool virtual_local_rank = false;
+  // --numa-binding (PET_NUMA_BINDING): each worker bound to CPUs of the plan the agent makes
+  // from the machine's topology (placement/binding_plan.h); none: no binding, torchrun's
+  // OMP_NUM_THREADS=1 for several workers.
+  std::optional<BindingPolicy> numa_binding;
   // --collectives ddprun (PET_COLLECTIVES, DDP_TORCH_COLLECTIVES): Python workers' gloo CPU
   // collectives take the library's "ddprun" backend (python_hook.h).
   bool ddprun_collectives = false;

@@ -21,6 +21,18 @@ std::string own_device(const EnvMap& agent_env, int local_rank) {
   return first == std::string::npos ? device : device.substr(first, last - first + 1);
 }
 
+// The OpenMP and BLAS thread counts; `env` is still the agent's for these variables.
+void set_thread_counts(EnvMap& env, int nproc_per_node, int planned_threads) {
+  if (planned_threads <= 0) {
+    if (nproc_per_node > 1) env.emplace("OMP_NUM_THREADS", "1");
+    return;
+  }
+  if (env.count("OMP_NUM_THREADS") != 0) return;  // the user's count, for OpenBLAS and MKL too
+  for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}) {
+    env.emplace(name, std::to_string(planned_threads));
+  }
+}
+
 }  // namespace
 
 EnvMap worker_environment(const EnvMap& agent_env, const LaunchConfig& config,
@@ -58,9 +70,7 @@ EnvMap worker_environment(const EnvMap& agent_env, const LaunchConfig& config,
   }
   env.emplace("NCCL_ASYNC_ERROR_HANDLING", "1");
   env.emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  if (config.nproc_per_node > 1 && env.count("OMP_NUM_THREADS") == 0) {
-    env["OMP_NUM_THREADS"] = "1";
-  }
+  set_thread_counts(env, config.nproc_per_node, slot.threads);
   return env;
 }
 

@@ -31,11 +31,16 @@ struct WorkerStore {
 struct WorkerSlot {
   int local_rank = 0;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE
+  // Its thread count in the --numa-binding plan (placement/binding_plan.h); 0: no plan.
+  int threads = 0;
 };
 
 // The agent's environment plus RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
 // GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,
-// TORCHELASTIC_* and OMP_NUM_THREADS=1 when unset and more than one worker shares the node.
+// TORCHELASTIC_*, and the thread counts: without a plan, OMP_NUM_THREADS=1 when unset and more
+// than one worker shares the node (torchrun's rule); with one, OMP_NUM_THREADS,
+// OPENBLAS_NUM_THREADS and MKL_NUM_THREADS = slot.threads, each unless the agent's environment
+// sets it, and none of them when it sets OMP_NUM_THREADS (OpenBLAS and MKL fall back to it).
 EnvMap worker_environment(const EnvMap& agent_env, const LaunchConfig& config,
                           const NodeAssignment& node, const WorkerSlot& slot,
                           const WorkerStore& store);

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include <fmt/format.h>
@@ -199,7 +200,9 @@ void Supervisor::start(const NodeAssignment& node, const WorkerStore& store) {
       std::filesystem::remove(w.live_file);
     }
     open_outputs(w, dir, copies);
-    EnvMap env = worker_environment(agent_env_, config_, node, {lr, w.error_file}, store);
+    const bool placed = lr < static_cast<int>(placement_.size());
+    const int threads = placed ? placement_[lr].threads : 0;
+    EnvMap env = worker_environment(agent_env_, config_, node, {lr, w.error_file, threads}, store);
     if (!timer_file.empty()) env["TORCHELASTIC_TIMER_FILE"] = timer_file;
     env["DDP_FLIGHT_RECORDER_FILE"] = w.recorder_file;
     env["DDP_ABORT_FILE"] = w.abort_file;
@@ -207,7 +210,8 @@ void Supervisor::start(const NodeAssignment& node, const WorkerStore& store) {
     if (const std::string traces = trace_dir(node.round); !traces.empty()) {
       env["DDP_TRACE_DIR"] = traces;
     }
-    w.process = std::make_unique<WorkerProcess>(argv, env);
+    w.process =
+        std::make_unique<WorkerProcess>(argv, env, placed ? placement_[lr].cpus : std::set<int>{});
     if (worker_pids_) {
       std::lock_guard<std::mutex> lock(worker_pids_->mutex);
       worker_pids_->pids.push_back(w.process->pid());

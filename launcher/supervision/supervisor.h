@@ -15,6 +15,7 @@
 #include "diagnosis/failure_report.h"
 #include "metrics/health_endpoint.h"
 #include "metrics/metrics_endpoint.h"
+#include "placement/binding_plan.h"
 #include "rendezvous/rendezvous.h"
 #include "supervision/round_state.h"
 #include "supervision/signal_inbox.h"
@@ -54,6 +55,10 @@ class Supervisor {
   };
   std::vector<WorkerResult> results() const;
 
+  // --numa-binding: local rank i is bound to plan[i].cpus and runs plan[i].threads threads
+  // (placement/binding_plan.h), from the next start on.
+  void bind_workers(std::vector<RankPlacement> plan) { placement_ = std::move(plan); }
+
   // Tells `board` (which must outlive this) of each start and exit, for --metrics-port.
   void report_to(MetricsBoard* board) { board_ = board; }
   // Every turn of a round's loop counts as the agent's progress (health_endpoint.h).
@@ -88,6 +93,7 @@ class Supervisor {
   std::string hostname_;
   std::vector<Worker> workers_;
   std::optional<NodeAssignment> started_;
+  std::vector<RankPlacement> placement_;  // by local rank; empty: no binding
   MetricsBoard* board_ = nullptr;
   AgentHealth* health_ = nullptr;
 };

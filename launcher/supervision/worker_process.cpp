@@ -1,6 +1,7 @@
 #include "supervision/worker_process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -14,6 +15,7 @@
 #include <sstream>
 
 #include "ddp/error.h"
+#include "placement/cpu_list.h"
 
 namespace ddprun {
 namespace {
@@ -24,6 +26,30 @@ bool is_executable_file(const std::string& path) {
 }
 
 std::string errno_text() { return std::strerror(errno); }
+
+// A CPU affinity mask built before fork(), for the child to apply with one system call.
+struct ChildAffinity {
+  std::vector<unsigned long> words;  // the cpu_set_t; empty: no binding
+  std::size_t bytes = 0;
+  std::string failure;  // the line the child writes when the kernel refuses
+
+  explicit ChildAffinity(const std::set<int>& cpus) {
+    if (cpus.empty()) return;
+    bytes = CPU_ALLOC_SIZE(*cpus.rbegin() + 1);
+    words.assign(bytes / sizeof(unsigned long) + 1, 0);
+    for (int cpu : cpus) CPU_SET_S(cpu, bytes, mask());
+    failure = "ddprun: cannot bind this worker to cpus " + format_cpu_list(cpus) +
+              " (sched_setaffinity refused them; they may have left the cpuset): run without "
+              "--numa-binding or fix the cpuset\n";
+  }
+  cpu_set_t* mask() { return reinterpret_cast<cpu_set_t*>(words.data()); }
+  // In the child: only async-signal-safe calls.
+  void apply_or_exit() {
+    if (words.empty() || sched_setaffinity(0, bytes, mask()) == 0) return;
+    (void)!write(STDERR_FILENO, failure.data(), failure.size());
+    _exit(127);
+  }
+};
 
 }  // namespace
 
@@ -46,7 +72,8 @@ std::string find_program(const std::string& program, const EnvMap& env) {
                          "' was not found on PATH; give its path or install it");
 }
 
-WorkerProcess::WorkerProcess(const std::vector<std::string>& argv, const EnvMap& env) {
+WorkerProcess::WorkerProcess(const std::vector<std::string>& argv, const EnvMap& env,
+                             const std::set<int>& cpus) {
   // Everything the child needs is built before fork(): between fork and exec only
   // async-signal-safe calls are allowed (the agent has threads: the store server).
   std::vector<std::string> env_entries;
@@ -59,6 +86,7 @@ WorkerProcess::WorkerProcess(const std::vector<std::string>& argv, const EnvMap&
   std::vector<char*> argp;
   for (auto& a : args) argp.push_back(a.data());
   argp.push_back(nullptr);
+  ChildAffinity affinity(cpus);
 
   int out[2];
   int err[2];
@@ -88,6 +116,7 @@ WorkerProcess::WorkerProcess(const std::vector<std::string>& argv, const EnvMap&
     for (int s = 1; s < NSIG; ++s) signal(s, SIG_DFL);
     dup2(out[1], STDOUT_FILENO);
     dup2(err[1], STDERR_FILENO);
+    affinity.apply_or_exit();
     syscall(SYS_close_range, 3U, ~0U, 0U);
     execve(argp[0], argp.data(), envp.data());
     const char msg[] = "ddprun: exec failed\n";

@@ -3,6 +3,7 @@
 // with the agent (PR_SET_PDEATHSIG), stdout and stderr on pipes the agent reads.
 #include <sys/types.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,11 @@ struct ExitStatus {
 
 class WorkerProcess {
  public:
-  // Starts `argv` (argv[0] already resolved by find_program) with exactly `env`.
-  WorkerProcess(const std::vector<std::string>& argv, const EnvMap& env);
+  // Starts `argv` (argv[0] already resolved by find_program) with exactly `env`, bound to
+  // `cpus` when not empty (sched_setaffinity between fork and exec; a worker the kernel does not
+  // let bind writes one line to its stderr and exits 127, as when exec fails).
+  WorkerProcess(const std::vector<std::string>& argv, const EnvMap& env,
+                const std::set<int>& cpus = {});
   ~WorkerProcess();
   WorkerProcess(WorkerProcess&& other) noexcept;
   WorkerProcess(const WorkerProcess&) = delete;

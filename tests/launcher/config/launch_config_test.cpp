@@ -349,6 +349,26 @@ TEST(LaunchConfig, VirtualLocalRankNeedsADevicePerWorker) {
             std::string::npos);
 }
 
+// torchrun 2.9's --numa-binding: its four values from the flag (either spelling) or
+// PET_NUMA_BINDING; anything else is one line naming the source and the values.
+TEST(LaunchConfig, NumaBindingTakesTorchrunsValuesFromTheFlagOrPet) {
+  EXPECT_FALSE(resolve({"a"}).numa_binding.has_value());
+  EXPECT_EQ(resolve({"--numa-binding", "exclusive", "a"}).numa_binding, BindingPolicy::kExclusive);
+  EXPECT_EQ(resolve({"--numa_binding=core-complex", "a"}).numa_binding,
+            BindingPolicy::kCoreComplex);
+  EXPECT_EQ(resolve({"a"}, {{"PET_NUMA_BINDING", "socket"}}).numa_binding, BindingPolicy::kSocket);
+  EXPECT_EQ(resolve({"--numa-binding", "node", "a"}, {{"PET_NUMA_BINDING", "socket"}}).numa_binding,
+            BindingPolicy::kNode);
+  EXPECT_NE(resolve({"--numa-binding", "node", "a"}).describe().find("--numa-binding node"),
+            std::string::npos);
+  EXPECT_EQ(error_of({"--numa-binding", "numa", "a"}),
+            "--numa-binding='numa' is not a binding; use node, socket, exclusive or "
+            "core-complex (torchrun's names), or leave it out for no binding");
+  EXPECT_NE(error_of({"a"}, {{"PET_NUMA_BINDING", "cores"}}).find("PET_NUMA_BINDING='cores'"),
+            std::string::npos);
+  EXPECT_THROW(parse_command_line({"ddprun", "--numa-binding"}), ddp::ConfigError);
+}
+
 TEST(LaunchConfig, CollectivesDdprunComesFromTheFlagPetOrDdpTorchCollectives) {
   EXPECT_FALSE(resolve({"a"}).ddprun_collectives);
   EXPECT_TRUE(resolve({"--collectives", "ddprun", "a"}).ddprun_collectives);
@@ -398,6 +418,7 @@ TEST(LaunchConfig, EveryBadEnvironmentValueNamesItsVariable) {
       {"PET_SIGNALS_TO_HANDLE", "SIGFOO"},
       {"PET_START_METHOD", "threads"},
       {"PET_NO_PYTHON", "perhaps"},
+      {"PET_NUMA_BINDING", "all"},
       {"DDP_NNODES", "abc"},
       {"MASTER_PORT", "99999"}};
   for (const auto& [name, value] : bad) {

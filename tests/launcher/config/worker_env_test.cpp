@@ -120,6 +120,36 @@ TEST(WorkerEnvironment, KeepsOmpNumThreadsAndSetsItOnlyForSeveralWorkers) {
   EXPECT_EQ(worker_environment({}, config, {}, {}, {"h", 1}).count("OMP_NUM_THREADS"), 0u);
 }
 
+// --numa-binding's thread count goes to OpenMP, OpenBLAS and MKL; a count the user set in the
+// agent's environment wins: OMP_NUM_THREADS for all three (they fall back to it), the others
+// each for itself.
+TEST(WorkerEnvironment, ThePlansThreadCountUnlessTheUserSetOne) {
+  LaunchConfig config;
+  config.nproc_per_node = 4;
+  const auto threads = [&](const EnvMap& agent, int planned) {
+    const EnvMap env = worker_environment(agent, config, {}, {1, "", planned}, {"h", 1});
+    std::string seen;
+    for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}) {
+      auto it = env.find(name);
+      seen += std::string(name) + "=" + (it == env.end() ? "unset" : it->second) + " ";
+    }
+    return seen;
+  };
+  EXPECT_EQ(threads({}, 12), "OMP_NUM_THREADS=12 OPENBLAS_NUM_THREADS=12 MKL_NUM_THREADS=12 ");
+  EXPECT_EQ(threads({{"OMP_NUM_THREADS", "3"}}, 12),
+            "OMP_NUM_THREADS=3 OPENBLAS_NUM_THREADS=unset MKL_NUM_THREADS=unset ");
+  EXPECT_EQ(threads({{"OMP_NUM_THREADS", "3"}, {"MKL_NUM_THREADS", "2"}}, 12),
+            "OMP_NUM_THREADS=3 OPENBLAS_NUM_THREADS=unset MKL_NUM_THREADS=2 ");
+  EXPECT_EQ(threads({{"MKL_NUM_THREADS", "2"}}, 12),
+            "OMP_NUM_THREADS=12 OPENBLAS_NUM_THREADS=12 MKL_NUM_THREADS=2 ");
+  // No plan: torchrun's rule, OMP_NUM_THREADS=1 for several workers, nothing else.
+  EXPECT_EQ(threads({}, 0), "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=unset MKL_NUM_THREADS=unset ");
+  config.nproc_per_node = 1;
+  EXPECT_EQ(threads({}, 0),
+            "OMP_NUM_THREADS=unset OPENBLAS_NUM_THREADS=unset MKL_NUM_THREADS=unset ");
+  EXPECT_EQ(threads({}, 64), "OMP_NUM_THREADS=64 OPENBLAS_NUM_THREADS=64 MKL_NUM_THREADS=64 ");
+}
+
 class CapturedFd {
  public:
   CapturedFd() {
