@@ -2,17 +2,19 @@
 find_package(Torch REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(fmt REQUIRED)
-find_package(Gloo REQUIRED)
-# Debian's Gloo package names its library by an absolute path (/usr/lib/libgloo.so.0.5.0), which in
-# a cross build (cmake/toolchains/aarch64.cmake) is the host's: point it into the sysroot.
+# Debian's Gloo package names its library by an absolute host path (/usr/lib/libgloo.so.0.5.0) and
+# checks that the file exists: in a cross build (cmake/toolchains/aarch64.cmake) that is the host's
+# own library, or nothing on a machine without one (the image's cross builder), so the same
+# imported target is made here from the sysroot's files.
 if(CMAKE_CROSSCOMPILING AND CMAKE_SYSROOT)
-  foreach(property IMPORTED_LOCATION IMPORTED_LOCATION_NONE IMPORTED_LOCATION_RELEASE
-                   IMPORTED_LOCATION_RELWITHDEBINFO IMPORTED_LOCATION_DEBUG)
-    get_target_property(location gloo ${property})
-    if(location AND NOT location MATCHES "^${CMAKE_SYSROOT}/" AND EXISTS "${CMAKE_SYSROOT}${location}")
-      set_target_properties(gloo PROPERTIES ${property} "${CMAKE_SYSROOT}${location}")
-    endif()
-  endforeach()
+  find_library(DDP_GLOO_LIBRARY NAMES gloo REQUIRED)
+  find_path(DDP_GLOO_INCLUDE_DIR gloo/config.h REQUIRED)
+  add_library(gloo SHARED IMPORTED)
+  set_target_properties(gloo PROPERTIES IMPORTED_LOCATION "${DDP_GLOO_LIBRARY}"
+                                        IMPORTED_SONAME libgloo.so.0
+                                        INTERFACE_INCLUDE_DIRECTORIES "${DDP_GLOO_INCLUDE_DIR}")
+else()
+  find_package(Gloo REQUIRED)
 endif()
 find_package(ZLIB REQUIRED)
 find_package(cxxopts REQUIRED)

@@ -8,7 +8,10 @@ operator runs it (test_mpijob.py). With --elasticjob, the etcd target too, and t
 overlay's etcd pod run in it (test_elasticjob.py --etcd-image).
 
   test_image.py --repo DIR --rendered DIR --program NAME... [--e2e] [--mpijob] [--elasticjob] [--tag NAME] [--jobs N]
---program: what /usr/local/bin must hold, exactly; --e2e: also run the Jobs in the image."""
+                [--platform linux/arm64]
+--program: what /usr/local/bin must hold, exactly; --e2e: also run the Jobs in the image.
+--platform: another architecture's image (docker/build-offline --platform, under qemu): the same
+checks, then its two pods train train_mnist on a Fashion-MNIST subset to at least 45 %."""
 import argparse
 import os
 import shutil
@@ -35,18 +38,26 @@ def podman(*args, timeout=120):
     return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout)
 
 
-def launcher_pods_in_image(args):
+POD_CHECK = ('test "$WORLD_SIZE" = 2 && test "$MASTER_ADDR" = ddp-train-0.ddp-train '
+             '&& echo "$RANK of $WORLD_SIZE" > /ckpt/rank$RANK')
+# The image's train_mnist on a Fashion-MNIST subset (the image's own dataset package), sized for
+# emulation: rank 0's metrics and each rank's machine name land on the shared volume.
+POD_TRAIN = ('train_mnist --train-subset 1000 --test-subset 300 --epochs 1 --threads 1 '
+             '--log-every 0 --metrics /ckpt/metrics.jsonl '
+             '&& echo "$RANK of $WORLD_SIZE $(uname -m)" > /ckpt/rank$RANK')
+
+
+def launcher_pods_in_image(args, command=POD_CHECK, timeout=120):
     """The rendered two-pod Job, each pod a container of the image in its own network namespace,
     with a shell command standing in for the trainer: ddprun must find its rank from the Job,
     rendezvous through the simulated Service and start workers that see the group and can write
-    to the checkpoint volume (as uid 1000, under a read-only root)."""
+    to the checkpoint volume (as uid 1000, under a read-only root). Returns (ok, detail, lines
+    written to the volume); with POD_TRAIN, also the accuracy rank 0 logged."""
     import tempfile
     objs = podsim.load_render(os.path.join(args.rendered, "e2e-2pods.yaml"))
     container = podsim.find(objs, "Job", "ddp-train")["spec"]["template"]["spec"]["containers"][0]
     program = next(i for i, a in enumerate(container["args"]) if not a.startswith("--"))
-    container["args"][program:] = ["/bin/sh", "-c",
-                                   'test "$WORLD_SIZE" = 2 && test "$MASTER_ADDR" = ddp-train-0.ddp-train '
-                                   '&& echo "$RANK of $WORLD_SIZE" > /ckpt/rank$RANK']
+    container["args"][program:] = ["/bin/sh", "-c", command]
     with tempfile.TemporaryDirectory(prefix="ddp-image-pods-") as work:
         os.chmod(work, 0o755)
         shared = os.path.join(work, "pvc")
@@ -55,11 +66,24 @@ def launcher_pods_in_image(args):
             os.chown(d, 1000, 1000)
         with podsim.Cluster(work) as cluster:
             pods = cluster.make_pods(objs, "ddp-train")
-            codes = list(cluster.run_pods(pods, shared, 120, image=args.tag).values())
+            codes = list(cluster.run_pods(pods, shared, timeout, image=args.tag).values())
         ckpt = os.path.join(shared, "checkpoints")
-        wrote = sorted(open(os.path.join(ckpt, f)).read().strip() for f in os.listdir(ckpt)) \
-            if os.path.isdir(ckpt) else []
-    return codes == [0, 0] and wrote == ["0 of 2", "1 of 2"], f"exit codes {codes}, wrote {wrote}"
+        wrote = sorted(open(os.path.join(ckpt, f)).read().strip() for f in os.listdir(ckpt)
+                       if f.startswith("rank")) if os.path.isdir(ckpt) else []
+        metrics = os.path.join(ckpt, "metrics.jsonl")
+        accuracy = re.findall(r'"test_accuracy":([0-9.]+)', open(metrics).read()) \
+            if os.path.exists(metrics) else []
+    if command == POD_CHECK:
+        return codes == [0, 0] and wrote == ["0 of 2", "1 of 2"], f"exit codes {codes}, wrote {wrote}"
+    machine = platform_machine(args)
+    good = (codes == [0, 0] and wrote == [f"0 of 2 {machine}", f"1 of 2 {machine}"] and accuracy and
+            float(accuracy[-1]) >= 0.45)
+    return good, f"exit codes {codes}, wrote {wrote}, test accuracy {accuracy[-1:] or 'none'} (needs 0.45)"
+
+
+def platform_machine(args):
+    """What `uname -m` says in a container of --platform (qemu answers for the emulated one)."""
+    return {"linux/arm64": "aarch64", "linux/amd64": "x86_64"}.get(args.platform, os.uname().machine)
 
 
 def main():
@@ -78,7 +102,14 @@ def main():
     parser.add_argument("--etcd-tag", default="localhost/ddprun-etcd:test")
     parser.add_argument("--path", action="append", default=[])
     parser.add_argument("--bind", action="append", default=[])
+    parser.add_argument("--platform", default=None,
+                        help="build and check the image of this platform (linux/arm64: under qemu, "
+                             "and its pods train train_mnist); the Jobs of --e2e, --mpijob and "
+                             "--elasticjob run on this machine's own")
     args = parser.parse_args()
+    if args.platform and (args.e2e or args.mpijob or args.elasticjob):
+        print("FAIL: --platform checks the one image; --e2e, --mpijob and --elasticjob run without it")
+        return 1
     podsim.skip_unless_root("the image test")
     for tool in ("podman", "runc", "debootstrap"):
         if not shutil.which(tool):
@@ -88,7 +119,7 @@ def main():
 
     started = time.monotonic()
     build = subprocess.run([os.path.join(args.repo, "docker", "build-offline"), "--tag", args.tag,
-                            "--jobs", args.jobs])
+                            "--jobs", args.jobs] + (["--platform", args.platform] if args.platform else []))
     print(f"image: build took {time.monotonic() - started:.0f} s", flush=True)
     if not check("the image builds from docker/Dockerfile", build.returncode == 0, f"exit {build.returncode}"):
         print("0 passed, 1 failed")
@@ -113,8 +144,16 @@ def main():
     r = podman("image", "inspect", "--format", "{{.Size}}", args.tag)
     print(f"image: {args.tag} is {int(r.stdout.strip() or 0) / 2**20:.0f} MiB", flush=True)
 
+    r = podman("image", "inspect", "--format", "{{.Architecture}}", args.tag)
+    want = (args.platform or "linux/" + {"x86_64": "amd64", "aarch64": "arm64"}[os.uname().machine]).split("/")[1]
+    check(f"the image is built for {want}", r.stdout.strip() == want, r.stdout.strip())
     check("two pods of the rendered Job run ddprun in the image and form one group",
           *launcher_pods_in_image(args))
+    if args.platform:
+        started = time.monotonic()
+        ok, detail = launcher_pods_in_image(args, POD_TRAIN, timeout=900)
+        check(f"two pods of the {args.platform} image train train_mnist as one group", ok,
+              f"{detail}, {time.monotonic() - started:.0f} s")
 
     if args.e2e:
         started = time.monotonic()

@@ -1,6 +1,7 @@
 """The "ddprun" torch.distributed backend (lib/python/ddprun_torch) with PyTorch 2.6 workers.
 
     ddprun_torch_test.py DDPRUN PYTHON_PACKAGE_DIR INTEROP_DIR [WORLDS]
+    ddprun_torch_test.py --recipe-only DDPRUN PYTHON_PACKAGE_DIR INTEROP_DIR
 
 Runs conformance_worker.py under ddprun at each world size (default 1 2 3 4), its workers being
 the trixie root's torch 2.6 (tests/interop/torch2-python), and requires every rank to report its
@@ -8,7 +9,8 @@ cases passed; over libfabric at 2 and 3; and at 2 pods x 2 ranks (hierarchical c
 accumulation, the bf16 and fp16 compression hooks) and requires the same losses (1e-5) and
 accuracy; checks that --collectives ddprun gives an unchanged gloo script the "ddprun" backend;
 and that a rank SIGKILLed mid-allreduce makes the others raise within the op timeout. Each job has a hard bound and is killed by process group. Exits 77 (skip) without root
-or the root, saying why.
+or the root, saying why. --recipe-only runs the copy recipe alone (the arm64 label, with an arm64
+ddprun and package and DDP_TORCH2_ROOT naming the arm64 root).
 """
 
 import os
@@ -242,15 +244,19 @@ def refuses_torch_1(package_dir):
 
 
 def main():
-    ddprun, package_dir, interop_dir = (os.path.abspath(a) for a in sys.argv[1:4])
-    worlds = [int(w) for w in (sys.argv[4].split() if len(sys.argv) > 4 else ["1", "2", "3", "4"])]
+    recipe_only = sys.argv[1] == "--recipe-only"
+    args = sys.argv[2:] if recipe_only else sys.argv[1:]
+    ddprun, package_dir, interop_dir = (os.path.abspath(a) for a in args[0:3])
+    worlds = [int(w) for w in (args[3].split() if len(args) > 3 else ["1", "2", "3", "4"])]
     if os.geteuid() != 0:
         print("skip: needs root, PyTorch 2.6 runs in a chroot (tests/interop/torch2-python)")
         return 77
-    if not os.path.exists("/var/cache/ddprun/torch2-trixie/.ddprun-torch2-ready") and \
-            not os.environ.get("DDP_TORCH2_ROOT"):
-        print("skip: no PyTorch 2.6 root; run tests/interop/prepare-torch2-root")
+    root = os.environ.get("DDP_TORCH2_ROOT", "/var/cache/ddprun/torch2-trixie")
+    if not os.path.exists(os.path.join(root, ".ddprun-torch2-ready")):
+        print(f"skip: no PyTorch 2.6 root at {root}; run tests/interop/prepare-torch2-root")
         return 77
+    if recipe_only:  # the arm64 label: ddprun and ddprun_torch of an arm64 build, an arm64 root
+        return 0 if copied_recipe(ddprun, package_dir, interop_dir) else 1
     results = [conformance(ddprun, package_dir, interop_dir, w) for w in worlds]
     # The libfabric transport (shm on one node), with the root's own libfabric.
     results += [conformance(ddprun, package_dir, interop_dir, w, "fabric") for w in (2, 3)]
