@@ -110,8 +110,8 @@ struct LaunchConfig {
   // attempt_N/filtered_std{out,err}.log.
   std::vector<std::string> duplicate_stdout_filters;
   std::vector<std::string> duplicate_stderr_filters;
-  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: each console line's prefix, from ${role_name},
-  // ${rank} and ${local_rank} (worker_line_prefix()); unset: "[rankN]:".
+  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: each tee'd line's prefix, from ${role_name},
+  // ${rank} and ${local_rank} (worker_line_prefix()); unset: torchrun's "[<role><local rank>]:".
   std::optional<std::string> log_line_prefix_template;
   EventLogHandler event_log;
   // What each worker executes: argv[0] is a program name or path (PATH is searched at spawn).

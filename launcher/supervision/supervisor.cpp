@@ -156,25 +156,30 @@ Supervisor::FilteredCopies Supervisor::filtered_copies(int round) const {
   return copies;
 }
 
-// Console, files and tail of a worker's two streams. As under torchrun, the filtered copies
-// take the tee'd streams of the ranks shown on the console.
+// Console, files and tail of a worker's two streams, routed as torchrun routes them
+// (route_stream): a stream neither tee'd nor redirected reaches the console as written, a tee'd
+// one prefixed, and the filtered copies take the tee'd streams of the ranks shown on the console.
 void Supervisor::open_outputs(Worker& w, const std::string& dir,
                               const FilteredCopies& copies) const {
   const int lr = w.local_rank;
   const unsigned redirected = config_.redirects.for_rank(lr);
   const unsigned teed = config_.tee.for_rank(lr);
-  const unsigned to_file = redirected | teed;
   const bool shown = !config_.local_ranks_filter || config_.local_ranks_filter->count(lr) != 0;
   const std::string prefix =
       worker_line_prefix(config_.log_line_prefix_template, config_.role, w.rank, lr);
-  w.out =
-      std::make_unique<WorkerOutput>(prefix, shown && !(redirected & kStdout) ? STDOUT_FILENO : -1,
-                                     to_file & kStdout ? dir + "/stdout.log" : "", 0);
-  w.err = std::make_unique<WorkerOutput>(
-      prefix, shown && !(redirected & kStderr) ? STDERR_FILENO : -1,
-      to_file & kStderr ? dir + "/stderr.log" : "", kStderrTailLines);
-  if (shown && (teed & kStdout) && copies.out) w.out->duplicate_to(copies.out);
-  if (shown && (teed & kStderr) && copies.err) w.err->duplicate_to(copies.err);
+  const auto make_output = [&](unsigned bit, int console_fd, const char* file, std::size_t tail,
+                               const std::shared_ptr<FilteredCopy>& copy) {
+    const StreamRoute route = route_stream((redirected & bit) != 0, (teed & bit) != 0, shown);
+    ConsoleCopy console;
+    if (route.console != StreamRoute::Console::kNone) console.fd = console_fd;
+    if (route.console == StreamRoute::Console::kPrefixed) console.prefix = prefix;
+    auto output = std::make_unique<WorkerOutput>(std::move(console),
+                                                 route.to_file ? dir + "/" + file : "", tail);
+    if (route.filtered && copy) output->duplicate_to(copy);
+    return output;
+  };
+  w.out = make_output(kStdout, STDOUT_FILENO, "stdout.log", 0, copies.out);
+  w.err = make_output(kStderr, STDERR_FILENO, "stderr.log", kStderrTailLines, copies.err);
 }
 
 void Supervisor::start(const NodeAssignment& node, const WorkerStore& store) {

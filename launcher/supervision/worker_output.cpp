@@ -19,15 +19,27 @@ bool identifier_char(char c) {
   return identifier_start(c) || std::isdigit(static_cast<unsigned char>(c));
 }
 
-}  // namespace
+// The placeholder "$name" or "${name}" at t[at] (a '$' with a character after it): its name, and
+// where the text after it starts; nullopt where none is (a lone '$', an unclosed brace).
+struct Placeholder {
+  std::string name;
+  std::size_t next;
+};
+std::optional<Placeholder> placeholder_at(const std::string& t, std::size_t at) {
+  const bool braced = t[at + 1] == '{';
+  const std::size_t start = at + (braced ? 2 : 1);
+  std::size_t end = start;
+  if (end < t.size() && identifier_start(t[end])) {
+    while (end < t.size() && identifier_char(t[end])) ++end;
+  }
+  if (end == start || (braced && (end == t.size() || t[end] != '}'))) return std::nullopt;
+  return Placeholder{t.substr(start, end - start), end + (braced ? 1 : 0)};
+}
 
-std::string worker_line_prefix(const std::optional<std::string>& line_template,
-                               const std::string& role, int rank, int local_rank) {
-  if (!line_template) return "[rank" + std::to_string(rank) + "]:";
-  const std::map<std::string, std::string> values = {{"role_name", role},
-                                                     {"rank", std::to_string(rank)},
-                                                     {"local_rank", std::to_string(local_rank)}};
-  const std::string& t = *line_template;
+// Python's string.Template(t).safe_substitute(values): "$$" is a "$", and a placeholder that is
+// unknown or malformed stays as written.
+std::string safe_substitute(const std::string& t,
+                            const std::map<std::string, std::string>& values) {
   std::string out;
   std::size_t i = 0;
   while (i < t.size()) {
@@ -35,29 +47,46 @@ std::string worker_line_prefix(const std::optional<std::string>& line_template,
       out += t[i++];
       continue;
     }
-    if (t[i + 1] == '$') {  // "$$"
+    if (t[i + 1] == '$') {
       out += '$';
       i += 2;
       continue;
     }
-    const bool braced = t[i + 1] == '{';
-    const std::size_t start = i + (braced ? 2 : 1);
-    std::size_t end = start;
-    if (end < t.size() && identifier_start(t[end])) {
-      while (end < t.size() && identifier_char(t[end])) ++end;
-    }
-    const bool closed = !braced || (end < t.size() && t[end] == '}');
-    const auto value =
-        end > start && closed ? values.find(t.substr(start, end - start)) : values.end();
-    if (value == values.end()) {  // safe_substitute: an unknown or malformed one stays as written
-      out += '$';
-      ++i;
+    const auto placeholder = placeholder_at(t, i);
+    const auto value = placeholder ? values.find(placeholder->name) : values.end();
+    if (value == values.end()) {
+      out += t[i++];
       continue;
     }
     out += value->second;
-    i = end + (braced ? 1 : 0);
+    i = placeholder->next;
   }
   return out;
+}
+
+}  // namespace
+
+std::string worker_line_prefix(const std::optional<std::string>& line_template,
+                               const std::string& role, int rank, int local_rank) {
+  // torchrun's TailLog header, f"[{name}{local_rank}]:" with the role as the name.
+  if (!line_template || line_template->empty()) {
+    return "[" + role + std::to_string(local_rank) + "]:";
+  }
+  return safe_substitute(*line_template, {{"role_name", role},
+                                          {"rank", std::to_string(rank)},
+                                          {"local_rank", std::to_string(local_rank)}});
+}
+
+StreamRoute route_stream(bool redirected, bool teed, bool shown) {
+  StreamRoute route;
+  route.to_file = redirected || teed;
+  route.filtered = shown && teed;
+  if (!shown || (redirected && !teed)) {
+    route.console = StreamRoute::Console::kNone;
+  } else if (teed) {
+    route.console = StreamRoute::Console::kPrefixed;
+  }
+  return route;
 }
 
 void write_fully(int fd, const std::string& text) {
@@ -78,18 +107,17 @@ FilteredCopy::FilteredCopy(const std::string& path, std::vector<std::string> fil
   }
 }
 
-void FilteredCopy::offer(const std::string& prefix, const std::string& line) {
+void FilteredCopy::offer(const std::string& prefix, const std::string& line, const char* ending) {
   for (const auto& filter : filters_) {
     if (line.find(filter) == std::string::npos) continue;
-    file_ << prefix << line << '\n';
+    file_ << prefix << line << ending;
     file_.flush();
     return;
   }
 }
 
-WorkerOutput::WorkerOutput(std::string prefix, int console_fd, const std::string& log_path,
-                           std::size_t tail_lines)
-    : prefix_(std::move(prefix)), console_fd_(console_fd), tail_lines_(tail_lines) {
+WorkerOutput::WorkerOutput(ConsoleCopy console, const std::string& log_path, std::size_t tail_lines)
+    : console_(std::move(console)), tail_lines_(tail_lines) {
   if (!log_path.empty()) {
     file_ = std::make_unique<std::ofstream>(log_path, std::ios::binary | std::ios::trunc);
     if (!*file_) {
@@ -104,28 +132,56 @@ void WorkerOutput::write(const char* data, std::size_t size) {
     file_->write(data, static_cast<std::streamsize>(size));
     file_->flush();
   }
+  if (console_.fd >= 0 && !console_.prefix) {
+    unwritten_.append(data, size);
+    write_as_written(false);
+  }
+  split_lines(data, size);
+}
+
+void WorkerOutput::finish() {
+  if (console_.fd >= 0 && !console_.prefix) write_as_written(true);
+  if (!partial_.empty()) emit_line(partial_, "");
+  partial_.clear();
+  skip_lf_ = false;
+}
+
+// Lines as torchrun's tail reads them (Python's text-mode readline, universal newlines): each
+// ends at "\n", "\r" or "\r\n", and is printed with "\n".
+void WorkerOutput::split_lines(const char* data, std::size_t size) {
   for (std::size_t i = 0; i < size; ++i) {
-    if (data[i] == '\n') {
-      emit_line(partial_);
+    const char c = data[i];
+    const bool lf_of_crlf = skip_lf_ && c == '\n';
+    skip_lf_ = c == '\r';
+    if (lf_of_crlf) continue;
+    if (c == '\n' || c == '\r') {
+      emit_line(partial_, "\n");
       partial_.clear();
-    } else {
-      partial_ += data[i];
-      if (partial_.size() >= kMaxLine) {
-        emit_line(partial_);
-        partial_.clear();
-      }
+      continue;
+    }
+    partial_ += c;
+    if (partial_.size() >= kMaxLine) {
+      emit_line(partial_, "\n");
+      partial_.clear();
     }
   }
 }
 
-void WorkerOutput::finish() {
-  if (!partial_.empty()) emit_line(partial_);
-  partial_.clear();
+// The bytes as the worker wrote them, a whole number of lines per write (so that two workers'
+// lines, or ddprun's own, do not cut into each other); a line longer than kMaxLine goes out cut.
+void WorkerOutput::write_as_written(bool end_of_stream) {
+  std::size_t end = unwritten_.find_last_of("\r\n");
+  end = end == std::string::npos ? 0 : end + 1;
+  if (end_of_stream || unwritten_.size() - end >= kMaxLine) end = unwritten_.size();
+  if (end == 0) return;
+  write_fully(console_.fd, unwritten_.substr(0, end));
+  unwritten_.erase(0, end);
 }
 
-void WorkerOutput::emit_line(const std::string& line) {
-  if (console_fd_ >= 0) write_fully(console_fd_, prefix_ + line + "\n");
-  if (copy_) copy_->offer(prefix_, line);
+void WorkerOutput::emit_line(const std::string& line, const char* ending) {
+  if (console_.fd >= 0 && console_.prefix)
+    write_fully(console_.fd, *console_.prefix + line + ending);
+  if (copy_) copy_->offer(console_.prefix.value_or(""), line, ending);
   if (tail_lines_ == 0) return;
   tail_.push_back(line);
   if (tail_.size() > tail_lines_) tail_.pop_front();

@@ -1,4 +1,4 @@
-// The worker environment contract, output prefixing and the failure report / error file.
+// The worker environment contract and the failure report / error file.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,7 +11,6 @@
 #include "config/worker_env.h"
 #include "ddp/error.h"
 #include "diagnosis/failure_report.h"
-#include "supervision/worker_output.h"
 
 namespace ddprun {
 namespace {
@@ -148,60 +147,6 @@ TEST(WorkerEnvironment, ThePlansThreadCountUnlessTheUserSetOne) {
   EXPECT_EQ(threads({}, 0),
             "OMP_NUM_THREADS=unset OPENBLAS_NUM_THREADS=unset MKL_NUM_THREADS=unset ");
   EXPECT_EQ(threads({}, 64), "OMP_NUM_THREADS=64 OPENBLAS_NUM_THREADS=64 MKL_NUM_THREADS=64 ");
-}
-
-class CapturedFd {
- public:
-  CapturedFd() {
-    char p[] = "/tmp/ddprun-unit-XXXXXX";
-    fd_ = mkstemp(p);
-    path_ = p;
-  }
-  ~CapturedFd() {
-    close(fd_);
-    unlink(path_.c_str());
-  }
-  int fd() const { return fd_; }
-  std::string text() const { return slurp(path_); }
-
- private:
-  int fd_;
-  std::string path_;
-};
-
-TEST(WorkerOutput, PrefixesCompleteLinesAndKeepsTheTail) {
-  CapturedFd console;
-  const std::string log =
-      std::filesystem::temp_directory_path() / ("ddprun-unit-log-" + std::to_string(getpid()));
-  {
-    WorkerOutput out(worker_line_prefix(std::nullopt, "default", 3, 1), console.fd(), log, 2);
-    out.write("hel", 3);
-    out.write("lo\nsecond\nthi", 13);
-    EXPECT_EQ(console.text(), "[rank3]:hello\n[rank3]:second\n");
-    out.write("rd", 2);
-    out.finish();  // the last line had no newline
-    EXPECT_EQ(console.text(), "[rank3]:hello\n[rank3]:second\n[rank3]:third\n");
-    EXPECT_EQ(out.tail(), (std::deque<std::string>{"second", "third"}));
-  }
-  EXPECT_EQ(slurp(log), "hello\nsecond\nthird");  // the file gets the raw bytes
-  std::filesystem::remove(log);
-}
-
-TEST(WorkerOutput, TheLinePrefixTemplateIsFilledInAsTorchrunFillsIt) {
-  // Python's string.Template.safe_substitute(role_name=, rank=, local_rank=).
-  const auto prefix = [](const std::string& t) { return worker_line_prefix(t, "trainer", 5, 1); };
-  EXPECT_EQ(worker_line_prefix(std::nullopt, "trainer", 5, 1), "[rank5]:");
-  EXPECT_EQ(prefix("[${role_name}${local_rank}]:"), "[trainer1]:");  // torchrun's --tee header
-  EXPECT_EQ(prefix("$role_name/$rank/$local_rank| "), "trainer/5/1| ");
-  EXPECT_EQ(prefix("${rank}0 $$rank"), "50 $rank");
-  // Unknown names, other case, unclosed braces and a lone "$" stay as written.
-  EXPECT_EQ(prefix("$ranks ${host} $RANK ${rank $ $1 end$"),
-            "$ranks ${host} $RANK ${rank $ $1 end$");
-  EXPECT_EQ(prefix(""), "");
-}
-
-TEST(WorkerOutput, UnwritableLogIsAConfigError) {
-  EXPECT_THROW(WorkerOutput out("[rank0]:", -1, "/nonexistent-dir/x.log", 0), ddp::ConfigError);
 }
 
 FailureReport sample_report() {

@@ -40,7 +40,9 @@ std::vector<std::string> node_cmd(int node, int port, const std::vector<std::str
                                    "--monitor-interval",
                                    "0.05",
                                    "--shutdown-timeout",
-                                   "2"};
+                                   "2",
+                                   "--tee",
+                                   "3"};
   argv.insert(argv.end(), worker.begin(), worker.end());
   return argv;
 }
@@ -217,7 +219,9 @@ class PythonHang : public ::testing::Test {
     return {{"PYTHON_EXEC", "/usr/bin/python3"},
             {"GLOO_SOCKET_IFNAME", "lo"},
             {"DDP_HANG_WARN_SEC", std::to_string(warn_sec)},
-            {"DDP_PY_STACK_SIGNAL", "SIGUSR1"}};
+            {"DDP_PY_STACK_SIGNAL", "SIGUSR1"},
+            // With --tee 3 (node_cmd), each worker line names its global rank.
+            {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]:"}};
   }
   static std::vector<pid_t> pids(const Job& job) {
     auto all = printed_pids(job.node0.output(), "python rank=0 pid=");

@@ -27,6 +27,13 @@ bool run(const std::string& command) {
   return std::system((command + " >/dev/null 2>&1").c_str()) == 0;
 }
 
+// Each pod's ddprun runs with --tee 3 and TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]:',
+// so that every worker line names its global rank.
+std::map<std::string, std::string> rank_prefixed(std::map<std::string, std::string> env) {
+  env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[rank${rank}]:";
+  return env;
+}
+
 class NetnsPods : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -90,7 +97,8 @@ class NetnsPods : public ::testing::Test {
          {std::string("/bin/sh"), std::string("-c"),
           "hostname train-" + std::to_string(i) + " && exec \"$0\" \"$@\"",
           std::string(DDPRUN_PATH), std::string("--nproc-per-node"), std::to_string(nproc),
-          std::string("--monitor-interval"), std::string("0.05"), std::string(WORKER_PATH)}) {
+          std::string("--monitor-interval"), std::string("0.05"), std::string("--tee"),
+          std::string("3"), std::string(WORKER_PATH)}) {
       argv.push_back(arg);
     }
     argv.insert(argv.end(), worker_args.begin(), worker_args.end());
@@ -106,8 +114,8 @@ TEST_F(NetnsPods, IndexedJobPodsFindTheirRanksAndTheMaster) {
   std::vector<std::unique_ptr<ChildProcess>> pods;
   for (int i : {2, 1, 0}) {
     pods.push_back(std::make_unique<ChildProcess>(
-        pod_command(i), std::map<std::string, std::string>{
-                            {"JOB_COMPLETION_INDEX", std::to_string(i)}, {"DDP_NNODES", "3"}}));
+        pod_command(i),
+        rank_prefixed({{"JOB_COMPLETION_INDEX", std::to_string(i)}, {"DDP_NNODES", "3"}})));
   }
   ChildProcess& pod2 = *pods[0];
   ASSERT_TRUE(pod2.wait_for_output("cannot resolve 'train-0.train'", seconds(60))) << pod2.output();
@@ -150,9 +158,9 @@ TEST_F(NetnsPods, WithAJoinTokenOnlyTheJobsPodsReachTheStore) {
   std::ofstream(dir + "/token") << "job-secret\n";
   std::ofstream(dir + "/wrong") << "guess\n";
   const auto env = [&](int index, const std::string& token) {
-    return std::map<std::string, std::string>{{"JOB_COMPLETION_INDEX", std::to_string(index)},
-                                              {"DDP_NNODES", "2"},
-                                              {"DDPRUN_RDZV_TOKEN_FILE", dir + "/" + token}};
+    return rank_prefixed({{"JOB_COMPLETION_INDEX", std::to_string(index)},
+                          {"DDP_NNODES", "2"},
+                          {"DDPRUN_RDZV_TOKEN_FILE", dir + "/" + token}});
   };
   const std::vector<std::string> long_job{"--iterations", "200", "--interval-ms", "50"};
   ChildProcess pod0(pod_command(0, long_job), env(0, "token"));
@@ -188,18 +196,18 @@ TEST_F(NetnsPods, WithAJoinTokenOnlyTheJobsPodsReachTheStore) {
 // ddprun and its workers all inside the root.
 TEST_F(NetnsPods, DdprunInAPyTorch2RootRunsATwoPodJob) {
   const std::string script = std::string(TEST_SOURCE_DIR) + "/gloo_allreduce.py";
-  const std::map<std::string, std::string> env{
-      {"DDP_TORCH2_EXEC", DDPRUN_PATH},
-      {"DDP_TORCH2_BIND", std::string(TEST_SOURCE_DIR) + ":" +
-                              std::filesystem::path(DDPRUN_PATH).parent_path().string()},
-      {"GLOO_SOCKET_IFNAME", "eth0"}};
+  const std::map<std::string, std::string> env = rank_prefixed(
+      {{"DDP_TORCH2_EXEC", DDPRUN_PATH},
+       {"DDP_TORCH2_BIND", std::string(TEST_SOURCE_DIR) + ":" +
+                               std::filesystem::path(DDPRUN_PATH).parent_path().string()},
+       {"GLOO_SOCKET_IFNAME", "eth0"}});
   std::vector<std::unique_ptr<ChildProcess>> pods;
   for (int i : {1, 0}) {
     pods.push_back(std::make_unique<ChildProcess>(
-        std::vector<std::string>{"/usr/sbin/ip", "netns", "exec", pod_ns(i),
-                                 std::string(INTEROP_DIR) + "/torch2-python", "--nnodes", "2",
-                                 "--node-rank", std::to_string(i), "--nproc-per-node", "2",
-                                 "--master-addr", pod_ip(0), "--master-port", "29500", script},
+        std::vector<std::string>{
+            "/usr/sbin/ip", "netns", "exec", pod_ns(i), std::string(INTEROP_DIR) + "/torch2-python",
+            "--nnodes", "2", "--node-rank", std::to_string(i), "--nproc-per-node", "2",
+            "--master-addr", pod_ip(0), "--master-port", "29500", "--tee", "3", script},
         env));
   }
   std::string all;
@@ -226,18 +234,18 @@ TEST_F(NetnsPods, TwoPodsOfTwoRanksRunHierarchicalCollectives) {
     SCOPED_TRACE(backend);
     std::vector<std::unique_ptr<ChildProcess>> pods;
     for (int i : {1, 0}) {
-      pods.push_back(std::make_unique<ChildProcess>(
-          pod_command(i, {"--topology"}, 2),
-          std::map<std::string, std::string>{{"JOB_COMPLETION_INDEX", std::to_string(i)},
-                                             {"DDP_NNODES", "2"},
-                                             {"DDP_BACKEND", backend}}));
+      pods.push_back(
+          std::make_unique<ChildProcess>(pod_command(i, {"--topology"}, 2),
+                                         rank_prefixed({{"JOB_COMPLETION_INDEX", std::to_string(i)},
+                                                        {"DDP_NNODES", "2"},
+                                                        {"DDP_BACKEND", backend}})));
     }
     for (auto& pod : pods) ASSERT_EQ(pod->wait(seconds(120)), 0) << pod->output();
     for (auto& pod : pods) {
       const std::string out = pod->output();
       int ranks_seen = 0;
       for (int r = 0; r < 4; ++r) {
-        if (out.find("[rank" + std::to_string(r) + "]") == std::string::npos) continue;
+        if (out.find("[rank" + std::to_string(r) + "]:") == std::string::npos) continue;
         ++ranks_seen;
         EXPECT_NE(
             out.find("rank=" + std::to_string(r) + " topology=2 nodes × 2 ranks hierarchical=1"),
@@ -280,12 +288,14 @@ class DoctorPods : public NetnsPods {
                                   "--nproc-per-node",
                                   "1",
                                   "--monitor-interval",
-                                  "0.05"};
+                                  "0.05",
+                                  "--tee",
+                                  "3"};
     argv.insert(argv.end(), args.begin(), args.end());
     return std::make_unique<ChildProcess>(
-        argv, std::map<std::string, std::string>{{"JOB_COMPLETION_INDEX", std::to_string(i)},
-                                                 {"DDP_NNODES", std::to_string(nodes)},
-                                                 {"DDP_DOCTOR_TRANSFER_MS", "400"}});
+        argv, rank_prefixed({{"JOB_COMPLETION_INDEX", std::to_string(i)},
+                             {"DDP_NNODES", std::to_string(nodes)},
+                             {"DDP_DOCTOR_TRANSFER_MS", "400"}}));
   }
 
   // A link of its own between pods a and b (a veth pair, and /32 routes that take it instead of

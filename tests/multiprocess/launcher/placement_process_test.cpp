@@ -51,8 +51,9 @@ struct Seen {
 std::map<int, Seen> collect(const std::string& out) {
   std::map<int, Seen> ranks;
   const std::regex plan("\\] rank ([0-9]+): cpus ([0-9,-]+) \\([a-zL0-9 -]+\\), ([0-9]+) threads?");
-  const std::regex allowed("\\[rank([0-9]+)\\]:Cpus_allowed_list:\\s*([0-9,-]+)");
-  const std::regex threads("\\[rank([0-9]+)\\]:threads=([0-9]*) openblas=([0-9]*)");
+  // Teed lines (--tee 3): "[default<local rank>]:", the rank on one node.
+  const std::regex allowed("\\[default([0-9]+)\\]:Cpus_allowed_list:\\s*([0-9,-]+)");
+  const std::regex threads("\\[default([0-9]+)\\]:threads=([0-9]*) openblas=([0-9]*)");
   for (std::sregex_iterator it(out.begin(), out.end(), plan), end; it != end; ++it) {
     ranks[std::stoi((*it)[1])].planned_cpus = (*it)[2];
     ranks[std::stoi((*it)[1])].planned_threads = (*it)[3];
@@ -75,8 +76,8 @@ TEST(DdprunPlacement, ExclusiveBindsEachRankToItsOwnCpusAndThreadCount) {
   for (const std::string nproc : {"2", "cpu"}) {
     SCOPED_TRACE("--nproc-per-node " + nproc);
     ChildProcess run(
-        {kDdprun, "--standalone", "--nproc-per-node", nproc, "--numa-binding", "exclusive",
-         "/bin/sh", "-c", kReport},
+        {kDdprun, "--standalone", "--nproc-per-node", nproc, "--numa-binding", "exclusive", "--tee",
+         "3", "/bin/sh", "-c", kReport},
         {{"OMP_NUM_THREADS", ""}, {"OPENBLAS_NUM_THREADS", ""}, {"MKL_NUM_THREADS", ""}});
     ASSERT_EQ(run.wait(seconds(60)), 0) << run.output();
     const std::string out = run.output();
@@ -110,7 +111,7 @@ TEST(DdprunPlacement, ExclusiveBindsEachRankToItsOwnCpusAndThreadCount) {
 TEST(DdprunPlacement, TheUsersOmpNumThreadsWins) {
   if (usable_cpus() < 2) GTEST_SKIP() << "needs 2 usable CPUs, this process has 1";
   ChildProcess run({kDdprun, "--standalone", "--nproc-per-node", "2", "--numa-binding", "exclusive",
-                    "/bin/sh", "-c", kReport},
+                    "--tee", "3", "/bin/sh", "-c", kReport},
                    {{"OMP_NUM_THREADS", "5"}, {"OPENBLAS_NUM_THREADS", ""}});
   ASSERT_EQ(run.wait(seconds(60)), 0) << run.output();
   const std::string out = run.output();
@@ -138,7 +139,7 @@ TEST(DdprunPlacement, ExclusiveRefusesMoreRanksThanCpus) {
                      " workers but only " + std::to_string(cpus) + " usable CPUs"),
             std::string::npos)
       << out;
-  EXPECT_EQ(out.find("[rank"), std::string::npos) << "a worker started: " << out;
+  EXPECT_EQ(out.find("Cpus_allowed_list:"), std::string::npos) << "a worker started: " << out;
 
   ChildProcess bad({kDdprun, "--standalone", "--numa-binding", "numa", "/bin/true"}, {});
   EXPECT_EQ(bad.wait(seconds(30)), ddp::exit_code::kConfig) << bad.output();

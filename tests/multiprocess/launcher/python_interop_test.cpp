@@ -5,9 +5,11 @@
 // copied into that root, as a user copies it into their own PyTorch image. Restarts and elastic
 // membership changes form the group again with either version: each round's workers get a
 // store of their own (launcher/rendezvous/rendezvous.h), torchrun's opt-out of sharing included.
+// And ddprun's console shows a script's lines as torchrun 2.6's does, side by side.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +17,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "child_process.h"
 #include "multiprocess.h"
@@ -31,9 +34,11 @@ const std::string kFileTimerScript = std::string(TEST_SOURCE_DIR) + "/file_timer
 const std::string kTorch2Python = std::string(INTEROP_DIR) + "/torch2-python";
 
 // `nodes` agents of two workers each on loopback; each agent's argv is `prefix`, `ddprun` (if
-// any) and ddprun's arguments.
+// any) and ddprun's arguments. Each worker line names its global rank (--tee 3 and
+// TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]:').
 void run_job(int nodes, const std::vector<std::string>& prefix, const std::string& ddprun,
-             const std::map<std::string, std::string>& env, const std::string& expect_version) {
+             std::map<std::string, std::string> env, const std::string& expect_version) {
+  env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[rank${rank}]:";
   const int port = ddp::testing::free_tcp_port();
   std::vector<std::unique_ptr<ChildProcess>> agents;
   for (int n = 0; n < nodes; ++n) {
@@ -43,7 +48,7 @@ void run_job(int nodes, const std::vector<std::string>& prefix, const std::strin
          {std::string("--nnodes"), std::to_string(nodes), std::string("--node_rank"),
           std::to_string(n), std::string("--nproc_per_node"), std::string("2"),
           std::string("--master_addr"), std::string("127.0.0.1"), std::string("--master_port"),
-          std::to_string(port), kScript}) {
+          std::to_string(port), std::string("--tee"), std::string("3"), kScript}) {
       argv.push_back(a);
     }
     agents.push_back(std::make_unique<ChildProcess>(argv, env));
@@ -101,16 +106,89 @@ TEST(DdprunPython, Torch2FileTimerExpiryKillsTheWorkerAndNamesTheScope) {
   REQUIRE_ROOT();
   auto env = torch2_env();
   env["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1";
-  ChildProcess run({DDPRUN_PATH, "--standalone", "--nproc-per-node", "2", kFileTimerScript}, env);
+  ChildProcess run(
+      {DDPRUN_PATH, "--standalone", "--nproc-per-node", "2", "--tee", "3", kFileTimerScript}, env);
   const std::optional<int> code = run.wait(seconds(120));
   const std::string out = run.output();
   EXPECT_EQ(code, std::optional<int>(128 + SIGKILL)) << out;
-  EXPECT_NE(out.find("[rank0]:python rank=0 torch 2."), std::string::npos) << out;
-  EXPECT_NE(out.find("[rank1]:python rank=1 torch 2."), std::string::npos) << out;
+  EXPECT_NE(out.find("[default0]:python rank=0 torch 2."), std::string::npos) << out;
+  EXPECT_NE(out.find("[default1]:python rank=1 torch 2."), std::string::npos) << out;
   EXPECT_EQ(out.find("outlived its timer"), std::string::npos) << out;
   EXPECT_NE(out.find("its timer 'stuck_step' expired: the file-timer watchdog sent SIGKILL"),
             std::string::npos)
       << out;
+}
+
+// The worker lines of a console (those holding "console "), sorted: the order of two workers'
+// lines, and of a worker's two streams, is the scheduler's under either launcher.
+std::vector<std::string> console_lines(const std::string& output) {
+  std::vector<std::string> lines;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("console ") != std::string::npos) lines.push_back(line);
+  }
+  std::sort(lines.begin(), lines.end());
+  return lines;
+}
+
+// Side by side with torchrun 2.6 (python -m torch.distributed.run of the trixie root), the same
+// script and flags: ddprun's console holds the same worker lines, byte for byte. Without --tee
+// as the workers wrote them ("\r" and all); with --tee 3 after "[default<local rank>]:", each
+// "\r" ending a line; TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE's expansion; and nothing of a stream
+// redirected without --tee.
+TEST(DdprunPython, ConsoleLinesMatchTorchrun26) {
+  REQUIRE_ROOT();
+  struct Case {
+    std::vector<std::string> flags;
+    std::string line_template;  // "": unset
+    std::size_t lines;          // per launcher, of both workers
+    std::string one_of_them;
+  };
+  const std::string kTemplate = "<${role_name}|${rank}|${local_rank}|$host> ";
+  for (const Case& c : {
+           Case{{}, "", 6, "console bar rank=1 50%\rconsole bar rank=1 100%\r"},
+           Case{{"--tee", "3"}, "", 8, "[default1]:console bar rank=1 50%"},
+           Case{{"--tee", "3", "--role", "trainer"},
+                kTemplate,
+                8,
+                "<trainer|1|1|$host> console err rank=1 local_rank=1"},
+           Case{{"--redirects", "1", "--tee", "2"},
+                "",
+                2,
+                "[default0]:console err rank=0 local_rank=0"},
+       }) {
+    std::string flags;
+    for (const auto& f : c.flags) flags += f + " ";
+    SCOPED_TRACE("flags: " + flags + "template: " + c.line_template);
+    std::vector<std::vector<std::string>> seen;
+    for (const bool torchrun : {true, false}) {
+      std::vector<std::string> argv = {DDPRUN_PATH};
+      auto env = torch2_env();
+      if (torchrun) {
+        argv = {kTorch2Python, "-m", "torch.distributed.run"};
+        env["PYTHON_EXEC"] = "";  // torchrun reads it too: its workers run its own python3
+      }
+      const int port = ddp::testing::free_tcp_port();
+      for (const std::string& a :
+           {std::string("--nnodes"), std::string("1"), std::string("--nproc-per-node"),
+            std::string("2"), std::string("--rdzv-backend"), std::string("c10d"),
+            std::string("--rdzv-endpoint"), "127.0.0.1:" + std::to_string(port),
+            std::string("--local-addr"), std::string("127.0.0.1")}) {
+        argv.push_back(a);
+      }
+      argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+      argv.push_back(std::string(TEST_SOURCE_DIR) + "/console_lines.py");
+      if (!c.line_template.empty()) env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = c.line_template;
+      ChildProcess run(argv, env);
+      ASSERT_EQ(run.wait(seconds(180)), 0)
+          << (torchrun ? "torchrun: " : "ddprun: ") << run.output();
+      seen.push_back(console_lines(run.output()));
+      EXPECT_EQ(seen.back().size(), c.lines) << run.output();
+    }
+    EXPECT_EQ(seen[1], seen[0]) << "ddprun's lines (left) differ from torchrun's (right)";
+    EXPECT_NE(std::find(seen[1].begin(), seen[1].end(), c.one_of_them), seen[1].end())
+        << "no line '" << c.one_of_them << "'";
+  }
 }
 
 TEST(DdprunPython, DdprunCopiedIntoAPyTorch2RootRunsOneAndTwoNodeJobs) {
