@@ -75,6 +75,12 @@ def query_range(api, query, start, end):
             for r in reply["data"]["result"]}
 
 
+def instant_values(api, query):
+    reply = json.loads(http_get(f"{api}/api/v1/query?" + urllib.parse.urlencode({"query": query})))
+    assert reply["status"] == "success", reply
+    return [float(r["value"][1]) for r in reply["data"]["result"]]
+
+
 def series_of(result, **labels):
     want = set(labels.items())
     return [v for k, v in result.items() if want <= set(k)]
@@ -120,8 +126,16 @@ def prometheus_run(work):
         world = next(r["world_size"] for r in records if r["event"] == "start")
         last_step = max(steps)
 
+        # Prometheus goes on scraping after ddprun has exited. Its first failed scrape writes a
+        # staleness marker into every series, and a series queried after that marker has no value
+        # from the marker's time on, while one queried just before it still has. So wait for that
+        # scrape (`up` 0) before the first query, and end the range at the training's end: every
+        # query below then reads the same, final data.
+        check(wait_until(lambda: instant_values(api, 'up{job="ddprun"}') == [0.0], 30,
+                         "Prometheus to see ddprun gone"), "Prometheus saw ddprun gone")
+
         def q(name):
-            return query_range(api, name, start - 1, end + 2)
+            return query_range(api, name, start - 1, end)
 
         loss, step, lr = q("ddp_loss"), q("ddp_step"), q("ddp_learning_rate")
         epoch, ips, st = q("ddp_epoch"), q("ddp_images_per_second"), q("ddp_step_time_seconds")
@@ -147,6 +161,12 @@ def prometheus_run(work):
                 want, got = record[field], points[t] * scale
                 if abs(got - want) > 1e-9 * max(1.0, abs(want)):
                     mismatched.append(f"step {s} {field}: Prometheus {got!r}, JSONL {want!r}")
+        if mismatched:
+            for result, field, _ in [(step, "step", 1)] + columns:
+                found = series_of(result, **r0)
+                print(f"  {field}: {len(found)} series for rank 0; " + "; ".join(
+                    f"{len(v)} points {v[0][0]:.3f}..{v[-1][0]:.3f}" for v in found))
+            print(f"  range {start - 1:.3f}..{end:.3f}")
         check(compared > 0 and not mismatched,
               f"rank 0's {compared} scraped values equal the JSONL's records" +
               (": " + "; ".join(mismatched[:5]) if mismatched else ""))
