@@ -17,8 +17,6 @@
 #include "multiprocess.h"
 #include "scoped_env.h"
 
-#include <ATen/ATen.h>
-
 namespace ddp {
 namespace {
 
@@ -114,18 +112,6 @@ TEST(Factory, GlooIgnoresSigpipeUnlessTheProgramHandlesIt) {
   EXPECT_EQ(now.sa_handler, handler);
 
   sigaction(SIGPIPE, &saved, nullptr);
-}
-
-TEST(Buffer, FromTensorChecksLayoutAndType) {
-  auto t = at::arange(6, at::kFloat);
-  Buffer b(t);
-  EXPECT_EQ(b.count, 6u);
-  EXPECT_EQ(b.dtype, DataType::kFloat32);
-  EXPECT_EQ(b.data, t.data_ptr());
-  EXPECT_EQ(Buffer(at::zeros({2}, at::kBFloat16)).dtype, DataType::kBFloat16);
-  EXPECT_THROW(Buffer(at::zeros({4, 4}).t()), Error);              // non-contiguous
-  EXPECT_THROW(Buffer(at::zeros({4}, at::kComplexFloat)), Error);  // unsupported dtype
-  EXPECT_THROW(Buffer(at::Tensor()), Error);
 }
 
 }  // namespace
