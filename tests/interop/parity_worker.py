@@ -9,11 +9,16 @@ import time
 
 rank = os.environ.get("RANK", "?")
 attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "?")
-with open(os.path.join(os.environ["PARITY_OUT"], f"rank{rank}-attempt{attempt}.json"), "w") as f:
-    json.dump({"env": dict(os.environ), "argv": sys.argv[1:]}, f, sort_keys=True)
 sys.stdout.write(f"parity out rank={rank} attempt={attempt}\n")
 sys.stderr.write(f"parity err rank={rank} attempt={attempt}\n")
 sys.stdout.flush()
+sys.stderr.flush()
+# Written whole or not at all (a rename): the launcher may stop this worker at any moment once
+# another has failed.
+out = os.path.join(os.environ["PARITY_OUT"], f"rank{rank}-attempt{attempt}.json")
+with open(out + ".partial", "w") as f:
+    json.dump({"env": dict(os.environ), "argv": sys.argv[1:]}, f, sort_keys=True)
+os.rename(out + ".partial", out)
 fail = os.environ.get("PARITY_FAIL", "")
 if fail:
     fail_rank, code, attempts = fail.split(":")

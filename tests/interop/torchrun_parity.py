@@ -33,9 +33,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TORCH2_PYTHON = os.path.join(HERE, "torch2-python")
 WORKER = os.path.join(HERE, "parity_worker.py")
 SKIP = 77
+# One launch (a few seconds here); 26 launches stay inside CTest's 1,800 s.
+RUN_SECONDS = 60
 
 # Each case: its name, the flags (PORT stands for a free port of the run), the worker's
 # PARITY_FAIL and how the worker is named on the command line ("script", "module", "no-python").
+# Every case but those in EXPECTED_EXIT must end with torchrun exiting 0, and every case but
+# logs-specs must leave worker records on both sides: two launchers that fail alike (a broken
+# worker, a broken root) are not "alike".
 CASES = [
     ("standalone", ["--standalone", "--nproc-per-node", "2"], "", "script"),
     ("static", ["--nnodes", "1", "--node-rank", "0", "--master-addr", "127.0.0.1",
@@ -62,36 +67,42 @@ CASES = [
      "script"),
 ]
 
-# (case or "*", what (a regular expression matched in full), reason): differences that are
-# ddprun's by design. "what" is "exit code", "console lines", or "<dump file>: <VARIABLE>".
+EXPECTED_EXIT = {"failure": 1, "logs-specs": 1}
+NO_WORKERS = {"logs-specs"}
+
+# (case or "*", what (a regular expression matched in full), the values allowed (torchrun's,
+# ddprun's) -> bool, reason): differences that are ddprun's by design. "what" is "exit code",
+# "console lines", or "<dump file>: <VARIABLE>".
 BY_DESIGN = [
-    ("failure", "exit code",
+    ("failure", "exit code", lambda t, d: (t, d) == (1, 3),
      "a failed worker's own code is ddprun's exit code (3 here), so that a Job's podFailurePolicy "
      "can key on it; torchrun exits 1 with ChildFailedError (launcher/README.md, Exit codes)"),
-    ("logs-specs", "exit code",
+    ("logs-specs", "exit code", lambda t, d: (t, d) == (1, 64),
      "both refuse; torchrun raises ValueError from its entry-point lookup (1), ddprun refuses "
      "the flag in one line as a configuration error (64)"),
-    ("*", r".*: DDP_(ABORT_FILE|FLIGHT_RECORDER_FILE|TRACE_DIR)",
+    ("*", r".*: DDP_(ABORT_FILE|FLIGHT_RECORDER_FILE|TRACE_DIR)", lambda t, d: t is None,
      "ddprun's own variables (the abort notice, the flight recorder, hang traces), under its DDP_ "
      "prefix"),
     ("*", r".*: TORCHELASTIC_SIGNALS_TO_HANDLE",
+     lambda t, d: t is None and d == "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
      "--signals-to-handle's list, which torchrun exports from 2.9 on"),
-    ("*", r".*: NCCL_ASYNC_ERROR_HANDLING",
+    ("*", r".*: NCCL_ASYNC_ERROR_HANDLING", lambda t, d: t is None and d == "1",
      "torchrun 1.13's spelling (Debian's python3-torch), kept beside TORCH_NCCL_ASYNC_ERROR_HANDLING "
      "which both set; no effect on CPU"),
     ("*", r".*: PYTHONPATH",
+     lambda t, d: t is None and d.startswith(HERE + ":") and d.endswith("/python"),
      "ddprun appends the folder of the ddprun_torch package beside it (after every entry the "
      "worker was given, so nothing of the user's is shadowed)"),
     ("standalone|c10d|restart|failure|module|no-python|start-method|run-path|nproc-cpu|tee",
-     r".*: MASTER_ADDR",
+     r".*: MASTER_ADDR", lambda t, d: d == "127.0.0.1",
      "ddprun gives the store's host as the other nodes reached it (the rendezvous endpoint); "
      "torchrun 2.6 gives node 0's socket.getfqdn(), which in a pod is not always resolvable from "
      "the others. The same with --local-addr (case static)"),
-    ("c10d", r".*: MASTER_PORT",
+    ("c10d", r".*: MASTER_PORT", lambda t, d: d == "<port>" and t is not None and t.isdigit(),
      "round 0's workers share the agents' store at the rendezvous endpoint; torchrun 2.6 starts "
      "one for them on a free port of node 0. Either way they connect as clients "
      "(TORCHELASTIC_USE_AGENT_STORE=True, alike)"),
-    ("run-path", r".*: (COLUMNS|LINES)",
+    ("run-path", r".*: (COLUMNS|LINES)", lambda t, d: d is None and t is not None,
      "torchrun --run-path runs the script inside a Python process of its own making, whose "
      "environment carries the terminal size; ddprun accepts the flag and execs the script as "
      "always"),
@@ -143,16 +154,16 @@ def run_case(launcher, ddprun, case, work):
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            start_new_session=True)
     try:
-        output, _ = run.communicate(timeout=240)
+        output, _ = run.communicate(timeout=RUN_SECONDS)
     except subprocess.TimeoutExpired:
-        output = f"{launcher} did not finish in 240 s"
+        output = f"{launcher} did not finish in {RUN_SECONDS} s"
     finally:
         try:
             os.killpg(run.pid, signal.SIGKILL)  # the launcher's group: workers left behind too
         except ProcessLookupError:
             pass
         run.wait()
-    if output.endswith("did not finish in 240 s"):
+    if output.endswith(f"did not finish in {RUN_SECONDS} s"):
         return None, [], {}, {}, output
     console = sorted(l for l in output.splitlines()
                      if "parity " in l and not DDPRUN_LOG_LINE.match(l))
@@ -225,6 +236,12 @@ def main():
     p.add_argument("ddprun")
     p.add_argument("--case", action="append")
     args = p.parse_args()
+    unknown = set(args.case or []) - {c[0] for c in CASES}
+    if unknown:
+        p.error(f"no such case: {', '.join(sorted(unknown))}")
+    # CTest's timeout sends SIGTERM: leave through the finally clauses, which stop the launcher
+    # running then (its process group) and remove the work folder.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if os.geteuid() != 0:
         print("SKIP: needs root: torchrun 2.6 runs in a chroot (tests/interop/torch2-python)")
         return SKIP
@@ -245,17 +262,25 @@ def main():
             t = run_case("torchrun", args.ddprun, case, work)
             d = run_case("ddprun", args.ddprun, case, work)
             unexplained, explained = [], {}
+            for who, result in (("torchrun", t), ("ddprun", d)):
+                if result[0] is None:
+                    unexplained.append(("finished", "in time", result[-1]))
+                elif who == "torchrun" and result[0] != EXPECTED_EXIT.get(case[0], 0):
+                    unexplained.append(("torchrun's exit code", EXPECTED_EXIT.get(case[0], 0),
+                                        result[0]))
+                if case[0] not in NO_WORKERS and not result[2]:
+                    unexplained.append((f"{who}'s worker records", "at least one", "none"))
             for what, tv, dv in differences(t, d):
-                rule = next((i for i, (c, w, _) in enumerate(BY_DESIGN)
-                             if (c == "*" or case[0] in c.split("|")) and re.fullmatch(w, what)),
-                            None)
+                rule = next((i for i, (c, w, allowed, _) in enumerate(BY_DESIGN)
+                             if (c == "*" or case[0] in c.split("|")) and re.fullmatch(w, what)
+                             and allowed(tv, dv)), None)
                 if rule is None:
                     unexplained.append((what, tv, dv))
                 else:
                     explained.setdefault(rule, (what, tv, dv, []))[3].append(what)
             for rule, (what, tv, dv, all_of_them) in sorted(explained.items()):
                 print(f"  {case[0]}: by design, {len(all_of_them)} like {what}: torchrun {tv!r}, "
-                      f"ddprun {dv!r}: {BY_DESIGN[rule][2]}")
+                      f"ddprun {dv!r}: {BY_DESIGN[rule][3]}")
             for what, tv, dv in unexplained:
                 print(f"FAIL {case[0]}: {what}:\n    torchrun {tv!r}\n    ddprun   {dv!r}")
             if unexplained:
