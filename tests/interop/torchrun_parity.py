@@ -170,7 +170,7 @@ def run_case(launcher, ddprun, case, work):
     dumps = {}
     for file in sorted(os.listdir(os.path.join(out, "dumps"))):
         record = json.load(open(os.path.join(out, "dumps", file)))
-        dumps[file] = added_env(record, env, port, name, logdir)
+        dumps[file] = added_env(record, env, port, "--standalone" in case[1], logdir)
     logs = {}
     if os.path.isdir(logdir):
         for folder, _, files in os.walk(logdir):
@@ -186,8 +186,9 @@ def normalize_path(value, logdir):
     return re.sub(r"^([^/]+?)_[a-z0-9_]{8}(/|$)", r"\1\2", rel)
 
 
-def added_env(record, given, port, case, logdir):
-    """The variables the launcher set or changed, with run-specific values replaced."""
+def added_env(record, given, port, standalone, logdir):
+    """The variables the launcher set or changed, with run-specific values replaced (with
+    --standalone, each launcher picks its own port and run id)."""
     env = record["env"]
     added = {k: v for k, v in env.items() if given.get(k) != v}
     # Set by the chroot wrapper (tests/interop/torch2-python) around every torch2 python, not by
@@ -195,12 +196,8 @@ def added_env(record, given, port, case, logdir):
     added.pop("USE_LIBUV", None)
     for k, v in added.items():
         v = v.replace(str(port), "<port>")
-        if k == "MASTER_PORT" and case in ("standalone", "restart", "failure", "module",
-                                           "no-python", "start-method", "run-path", "nproc-cpu",
-                                           "tee", "logs-specs"):
-            v = "<port>"  # --standalone picks its own
-        if k == "TORCHELASTIC_RUN_ID" and v != "job7" and v != "logs":
-            v = "<random>"
+        if standalone and k in ("MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+            v = "<picked>"
         if k == "TORCHELASTIC_ERROR_FILE":
             v = normalize_path(v, logdir) if v.startswith(logdir) else "<temporary>/" + \
                 "/".join(v.split("/")[-3:])

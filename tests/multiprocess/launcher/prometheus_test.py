@@ -66,19 +66,22 @@ def wait_until(predicate, seconds, what):
     return False
 
 
-def query_range(api, query, start, end):
-    params = urllib.parse.urlencode(
-        {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": "0.5"})
-    reply = json.loads(http_get(f"{api}/api/v1/query_range?{params}"))
+def api_result(api, endpoint, **params):
+    """The `result` of a Prometheus HTTP API query (/api/v1/<endpoint>)."""
+    reply = json.loads(http_get(f"{api}/api/v1/{endpoint}?" + urllib.parse.urlencode(params)))
     assert reply["status"] == "success", reply
+    return reply["data"]["result"]
+
+
+def query_range(api, query, start, end):
+    result = api_result(api, "query_range", query=query, start=f"{start:.3f}", end=f"{end:.3f}",
+                        step="0.5")
     return {frozenset(r["metric"].items()): [(float(t), float(v)) for t, v in r["values"]]
-            for r in reply["data"]["result"]}
+            for r in result}
 
 
 def instant_values(api, query):
-    reply = json.loads(http_get(f"{api}/api/v1/query?" + urllib.parse.urlencode({"query": query})))
-    assert reply["status"] == "success", reply
-    return [float(r["value"][1]) for r in reply["data"]["result"]]
+    return [float(r["value"][1]) for r in api_result(api, "query", query=query)]
 
 
 def series_of(result, **labels):
