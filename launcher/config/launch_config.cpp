@@ -394,7 +394,7 @@ void resolve_node_rank(const CommandLine& cli, const EnvMap& env, const PodPlace
     c.node_rank = 0;
     c.node_rank_source = "default";
   } else {
-    c.node_rank_source = "join order";
+    c.node_rank_source = "host name order";
   }
   if (c.standalone) {
     c.node_rank = 0;

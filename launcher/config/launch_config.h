@@ -67,7 +67,8 @@ struct LaunchConfig {
   int min_nodes = 1;
   int max_nodes = 1;
   int nproc_per_node = 1;
-  // Unset only with the c10d backend and nothing naming the node: then join order decides.
+  // Unset only with the c10d backend and nothing naming the node: then the host name decides
+  // (rendezvous/member_order.h).
   std::optional<int> node_rank;
   RdzvBackend rdzv_backend = RdzvBackend::kStatic;
   std::string store_host = "127.0.0.1";  // the agent store every agent and worker connects to

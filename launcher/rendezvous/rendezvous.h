@@ -7,7 +7,8 @@
 // Rounds: the job runs in rounds 0, 1, ...; a restart moves every node to the next round, and
 // the round number is TORCHELASTIC_RESTART_COUNT. In a round, agents join, the round closes
 // at the maximum node count (or at the minimum after last_call_timeout), and members are
-// ordered by node rank (join order for nodes without one, kept across rounds). Any agent can
+// ordered by node rank (for nodes without one: kept across rounds, new ones by host name;
+// member_order.h). Any agent can
 // publish the round's failure; all others see it within --monitor-interval and stop.
 //
 // Elastic jobs (--nnodes MIN:MAX): a node that arrives after its round closed below MAX counts

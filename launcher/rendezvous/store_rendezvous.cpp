@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -23,6 +22,7 @@
 #include "ddp/net/local_address.h"
 #include "ddp/net/tcp_probe.h"
 #include "ddp/store.h"
+#include "rendezvous/member_order.h"
 
 namespace ddprun {
 namespace {
@@ -79,14 +79,6 @@ bool names_this_machine(const std::string& host, const HostFacts& facts,
 
 // Resolves `host` and opens (then closes) a TCP connection to `port`; "" on success, else why
 // not. Keeps the c10d client from logging a warning for every refused attempt.
-struct Member {
-  int join_index = 0;
-  int node_rank = -1;  // claimed by configuration
-  int preferred = -1;  // group rank in the previous round
-  int nproc = 1;
-  std::string host;
-};
-
 }  // namespace
 
 StoreRendezvous::StoreRendezvous(const LaunchConfig& config, const HostFacts& host,
@@ -323,7 +315,7 @@ void StoreRendezvous::assign_places(int round, int closed) {
   for (int i = 1; i <= closed; ++i)
     member_keys.push_back(key(round, "member/" + std::to_string(i)));
   const std::vector<std::string> records = store_->multi_get(member_keys);
-  std::vector<Member> members;
+  std::vector<RoundMember> members;
   for (int i = 1; i <= closed; ++i) {
     const json j = json::parse(records[static_cast<std::size_t>(i - 1)]);
     members.push_back({i, j.value("node_rank", -1), j.value("preferred", -1), j.value("nproc", 1),
@@ -332,8 +324,8 @@ void StoreRendezvous::assign_places(int round, int closed) {
   std::vector<std::string> place_keys;
   for (int i = 1; i <= closed; ++i) place_keys.push_back(key(round, "place/" + std::to_string(i)));
   // Two nodes claiming one node rank: every node fails with the same line.
-  std::map<int, const Member*> claimed;
-  for (const Member& m : members) {
+  std::map<int, const RoundMember*> claimed;
+  for (const RoundMember& m : members) {
     if (m.node_rank < 0) continue;
     const auto [it, fresh] = claimed.emplace(m.node_rank, &m);
     if (!fresh) {
@@ -344,21 +336,13 @@ void StoreRendezvous::assign_places(int round, int closed) {
       return;
     }
   }
-  // Known node ranks first, in order; then nodes without one, by their previous position and
-  // then by join order, so a restart keeps every node's ranks.
-  std::stable_sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
-    const auto rank_key = [](const Member& m) { return m.node_rank >= 0 ? m.node_rank : INT_MAX; };
-    const auto pref_key = [](const Member& m) { return m.preferred >= 0 ? m.preferred : INT_MAX; };
-    if (rank_key(a) != rank_key(b)) return rank_key(a) < rank_key(b);
-    if (pref_key(a) != pref_key(b)) return pref_key(a) < pref_key(b);
-    return a.join_index < b.join_index;
-  });
+  order_members(members);  // member_order.h
   int world_size = 0;
-  for (const Member& m : members) world_size += m.nproc;
+  for (const RoundMember& m : members) world_size += m.nproc;
   std::vector<std::string> places(place_keys.size());
   int offset = 0;
   for (int g = 0; g < closed; ++g) {
-    const Member& m = members[static_cast<std::size_t>(g)];
+    const RoundMember& m = members[static_cast<std::size_t>(g)];
     places[static_cast<std::size_t>(m.join_index - 1)] =
         json{{"group_rank", g}, {"rank_offset", offset}, {"world_size", world_size}}.dump();
     offset += m.nproc;

@@ -101,6 +101,10 @@ class Store {
   // Keys in the whole store (every prefix; with etcd, every key of the etcd cluster, other
   // applications' included).
   int64_t num_keys();
+  // The keys under this Store's prefix, without it, sorted (torch 2.10's Store.list_keys). A c10d
+  // server must be PyTorch 2.10+ or ddp's (older ones have no LIST_KEYS: one StoreError line says
+  // so); etcd lists by range.
+  std::vector<std::string> list_keys();
 
   // A view whose keys all live under "<prefix>/": lets independent groups share one server.
   std::shared_ptr<Store> with_prefix(const std::string& prefix) const;

@@ -258,6 +258,31 @@ class EtcdBackend final : public StoreBackend {
     });
   }
 
+  std::vector<std::string> list_keys(const std::string& prefix) override {
+    return guarded("list_keys", [&] {
+      // etcd's prefix range: from the prefix to the prefix with its last byte below 0xff
+      // raised; "\0" to "\0" is every key.
+      std::string end = prefix;
+      while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
+      if (end.empty()) {
+        end = std::string(1, '\0');
+      } else {
+        end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+      }
+      const std::string start = prefix.empty() ? std::string(1, '\0') : prefix;
+      const json reply = request("/v3/kv/range",
+                                 {{"key", base64_encode(start)},
+                                  {"range_end", base64_encode(end)},
+                                  {"keys_only", true},
+                                  {"sort_order", "ASCEND"},
+                                  {"sort_target", "KEY"}},
+                                 Clock::now() + timeout_);
+      std::vector<std::string> keys;
+      for (const json& kv : array_member(reply, "kvs")) keys.push_back(bytes_field(kv, "key"));
+      return keys;
+    });
+  }
+
   const std::string& endpoint_host() const override { return host_; }
   int port() const override { return port_; }
   milliseconds timeout() const override { return timeout_; }

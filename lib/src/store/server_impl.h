@@ -124,6 +124,7 @@ struct StoreServer::Impl {
   Served on_queue_push(Query& q);
   Served on_queue_pop(Query& q);
   Served on_queue_len(Query& q);
+  Served on_list_keys(Query& q);
 
   bool keys_present(const std::vector<std::string>& keys) const;
   // Stores `value` at `key`, then wakes its waiters and tells its watchers (created or updated).

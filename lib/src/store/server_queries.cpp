@@ -126,6 +126,8 @@ StoreServer::Impl::Handler StoreServer::Impl::handler_for(Op op) {
       return &Impl::on_queue_pop;
     case Op::kQueueLen:
       return &Impl::on_queue_len;
+    case Op::kListKeys:
+      return &Impl::on_list_keys;
   }
   throw ProtocolError("a query this server has no handler for");
 }
@@ -148,6 +150,18 @@ Served StoreServer::Impl::on_ping(Query& q) {
 
 Served StoreServer::Impl::on_num_keys(Query& q) {
   q.out.value<int64_t>(static_cast<int64_t>(data.size()));
+  return Served::kDone;
+}
+
+// 2.10's list_keys: every key's full name (clients keep those under their prefix), in no order
+// torch promises; here sorted. Queues are not keys, as in torch's servers.
+Served StoreServer::Impl::on_list_keys(Query& q) {
+  std::vector<const std::string*> keys;
+  keys.reserve(data.size());
+  for (const auto& entry : data) keys.push_back(&entry.first);
+  std::sort(keys.begin(), keys.end(), [](const auto* a, const auto* b) { return *a < *b; });
+  q.out.value<int64_t>(static_cast<int64_t>(keys.size()));
+  for (const std::string* key : keys) q.out.bytes(*key);
   return Served::kDone;
 }
 

@@ -131,6 +131,21 @@ void Store::multi_set(const std::vector<std::string>& keys,
 
 int64_t Store::num_keys() { return backend_->num_keys(); }
 
+std::vector<std::string> Store::list_keys() {
+  const std::string under = prefix_.empty() ? "" : prefix_ + "/";
+  std::vector<std::string> keys = backend_->list_keys(under);
+  for (std::string& key : keys) key.erase(0, under.size());
+  return keys;
+}
+
+namespace detail {
+
+std::vector<std::string> StoreBackend::list_keys(const std::string& /*prefix*/) {
+  throw StoreError(std::string("list_keys: a ") + name() + " store cannot list its keys");
+}
+
+}  // namespace detail
+
 std::shared_ptr<Store> Store::with_prefix(const std::string& prefix) const {
   return std::shared_ptr<Store>(new Store(backend_, full_key(prefix)));
 }

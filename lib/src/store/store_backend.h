@@ -38,6 +38,9 @@ class StoreBackend {
   virtual void multi_set(const std::vector<std::string>& keys,
                          const std::vector<std::string>& values) = 0;
   virtual int64_t num_keys() = 0;
+  // The full keys that start with `prefix` ("": all), sorted. Backends that cannot list keys
+  // (a binding's store) keep this default, which says so.
+  virtual std::vector<std::string> list_keys(const std::string& prefix);
 
   virtual const std::string& endpoint_host() const = 0;
   virtual int port() const = 0;

@@ -269,9 +269,10 @@ struct TcpStoreBackend::Impl {
     auto byte = store::encode_op(dialect, op);
     if (!knows(op, deadline)) byte.reset();
     if (!byte) {
-      throw StoreError(std::string(store::op_name(op)) +
-                       " needs a PyTorch 2.0+ store; the one at " + where() +
-                       " speaks only the 1.13 protocol");
+      const bool newest = op == Op::kListKeys;
+      throw StoreError(std::string(store::op_name(op)) + " needs a PyTorch " +
+                       (newest ? "2.10" : "2.0") + "+ store; the one at " + where() +
+                       " speaks only the " + (newest ? "1.13/2.0" : "1.13") + " protocol");
     }
     w.u8(*byte);
     return w;
@@ -477,6 +478,27 @@ int64_t TcpStoreBackend::num_keys() {
     auto w = impl_->request(Op::kNumKeys, deadline);
     write_all(impl_->fd, w.data(), deadline);
     return impl_->read_value<int64_t>(deadline);
+  });
+}
+
+std::vector<std::string> TcpStoreBackend::list_keys(const std::string& prefix) {
+  return impl_->call("list_keys", [&](Clock::time_point deadline) {
+    auto w = impl_->request(Op::kListKeys, deadline);
+    write_all(impl_->fd, w.data(), deadline);
+    std::vector<std::string> keys;
+    try {
+      const auto n = impl_->read_value<int64_t>(deadline);
+      for (int64_t i = 0; i < n; ++i) {
+        std::string key = impl_->read_bytes(deadline);
+        if (key.rfind(prefix, 0) == 0) keys.push_back(std::move(key));
+      }
+    } catch (const StoreError& e) {
+      throw StoreError(std::string(e.what()) +
+                       " (a PyTorch store server older than 2.10 has no LIST_KEYS and closes the "
+                       "connection)");
+    }
+    std::sort(keys.begin(), keys.end());
+    return keys;
   });
 }
 

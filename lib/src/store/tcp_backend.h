@@ -37,6 +37,7 @@ class TcpStoreBackend final : public StoreBackend {
   void multi_set(const std::vector<std::string>& keys,
                  const std::vector<std::string>& values) override;
   int64_t num_keys() override;
+  std::vector<std::string> list_keys(const std::string& prefix) override;
 
   const std::string& endpoint_host() const override;
   int port() const override;

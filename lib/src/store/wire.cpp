@@ -11,10 +11,11 @@ constexpr std::array<Op, 13> kLegacy = {
     Op::kSet,      Op::kCompareSet, Op::kGet,       Op::kAdd,       Op::kCheck,
     Op::kWait,     Op::kNumKeys,    Op::kWatchKey,  Op::kDeleteKey, Op::kAppend,
     Op::kMultiGet, Op::kMultiSet,   Op::kCancelWait};
-constexpr std::array<Op, 17> kModern = {
+constexpr std::array<Op, 18> kModern = {
     Op::kValidate,   Op::kSet,     Op::kCompareSet, Op::kGet,      Op::kAdd,      Op::kCheck,
     Op::kWait,       Op::kNumKeys, Op::kDeleteKey,  Op::kAppend,   Op::kMultiGet, Op::kMultiSet,
-    Op::kCancelWait, Op::kPing,    Op::kQueuePush,  Op::kQueuePop, Op::kQueueLen};
+    Op::kCancelWait, Op::kPing,    Op::kQueuePush,  Op::kQueuePop, Op::kQueueLen,
+    Op::kListKeys};
 
 template <std::size_t N>
 std::optional<uint8_t> index_of(const std::array<Op, N>& table, Op op) {
@@ -44,8 +45,9 @@ const char* op_name(Op op) {
   static constexpr const char* kNames[] = {
       "VALIDATE",  "SET",         "COMPARE_SET", "GET",        "ADD",       "CHECK",
       "WAIT",      "GETNUMKEYS",  "WATCH_KEY",   "DELETE_KEY", "APPEND",    "MULTI_GET",
-      "MULTI_SET", "CANCEL_WAIT", "PING",        "QUEUE_PUSH", "QUEUE_POP", "QUEUE_LEN"};
-  static_assert(std::size(kNames) == static_cast<std::size_t>(Op::kQueueLen) + 1);
+      "MULTI_SET", "CANCEL_WAIT", "PING",        "QUEUE_PUSH", "QUEUE_POP", "QUEUE_LEN",
+      "LIST_KEYS"};
+  static_assert(std::size(kNames) == static_cast<std::size_t>(Op::kListKeys) + 1);
   return kNames[static_cast<std::size_t>(op)];
 }
 

@@ -54,6 +54,7 @@ enum class Op : uint8_t {
   kQueuePush,
   kQueuePop,
   kQueueLen,
+  kListKeys,  // 2.10+
 };
 
 // The op a query byte means in `dialect`, or nullopt for a byte that means nothing there.

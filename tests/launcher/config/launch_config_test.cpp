@@ -166,7 +166,7 @@ TEST(LaunchConfig, EtcdBackendTakesTorchrunsNamesEndpointAndConf) {
     EXPECT_EQ(c.store_host, "etcd-svc");
     EXPECT_EQ(c.store_port, 2379);  // etcd's client port
     EXPECT_EQ(c.worker_store_port, 0) << "a free port unless --master-port says";
-    EXPECT_FALSE(c.node_rank.has_value()) << "join order, as with c10d";
+    EXPECT_FALSE(c.node_rank.has_value()) << "host name order, as with c10d";
     EXPECT_NE(c.describe().find("etcd-v2 rendezvous at etcd-svc:2379"), std::string::npos);
   }
   auto c = resolve({"--nnodes", "2", "--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "e:2380",
@@ -231,7 +231,7 @@ TEST(LaunchConfig, NodeCountsAndElasticRanges) {
   auto c = resolve({"--nnodes", "2:4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h", "a"});
   EXPECT_EQ(c.min_nodes, 2);
   EXPECT_EQ(c.max_nodes, 4);
-  EXPECT_FALSE(c.node_rank.has_value());  // join order decides
+  EXPECT_FALSE(c.node_rank.has_value());  // the host name decides
   EXPECT_EQ(c.store_host, "h");
   EXPECT_EQ(c.store_port, 29400);
   EXPECT_NE(error_of({"--nnodes", "2:4", "a"}).find("elastic range"), std::string::npos);

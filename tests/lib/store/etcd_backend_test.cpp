@@ -231,6 +231,18 @@ TEST_F(EtcdStore, NumKeysCountsEveryKeyOfTheCluster) {
   EXPECT_EQ(store->num_keys(), before + 2);
 }
 
+TEST_F(EtcdStore, ListKeysGivesTheKeysUnderThePrefixSorted) {
+  auto store = client();
+  store->with_prefix("a")->set("y/z", "1");
+  store->with_prefix("a")->set("x", "2");
+  store->with_prefix("ab")->set("x", "3");  // not under "a/"
+  store->set(std::string("\xff\xff", 2), "4");  // a prefix range's end past 0xff bytes
+  EXPECT_EQ(store->with_prefix("a")->list_keys(), (std::vector<std::string>{"x", "y/z"}));
+  EXPECT_EQ(store->list_keys(),
+            (std::vector<std::string>{"a/x", "a/y/z", "ab/x", std::string("\xff\xff", 2)}));
+  EXPECT_TRUE(store->with_prefix("none")->list_keys().empty());
+}
+
 TEST_F(EtcdStore, AnEtcdErrorNamesTheOperationKeyAndEndpoint) {
   // The root view with an empty key: etcd refuses a put of no key.
   auto root = Store::etcd(options(), 5s);

@@ -206,6 +206,25 @@ TEST(StoreServer, QueuesPushPopAndWakeOneWaiter) {
   EXPECT_EQ(as_i64(a.read(8)), 0);  // empty now: the size alone
 }
 
+TEST(StoreServer, ListKeysAnswersEveryKeySortedWithoutQueues) {
+  // Byte 17 is PyTorch 2.10's LIST_KEYS; the answer is a count, then each key as
+  // (length, bytes), as its servers send it.
+  ASSERT_EQ(code(Dialect::kModern, Op::kListKeys), 17);
+  EXPECT_FALSE(store::encode_op(Dialect::kLegacy, Op::kListKeys).has_value());
+  StoreServer server({});
+  Raw c(server.port());
+  Writer setup;
+  setup.u8(code(Dialect::kModern, Op::kSet)).bytes("b/2").bytes("x");
+  setup.u8(code(Dialect::kModern, Op::kSet)).bytes("a").bytes("y");
+  setup.u8(code(Dialect::kModern, Op::kQueuePush)).bytes("q").bytes("item");
+  Writer list;
+  list.u8(17);
+  ASSERT_TRUE(c.send(validate() + setup.data() + list.data()));
+  Writer expected;
+  expected.value<int64_t>(2).bytes("a").bytes("b/2");
+  EXPECT_EQ(c.read(expected.data().size()), expected.data());
+}
+
 TEST(StoreServer, AnUnknownQueryClosesOnlyThatConnection) {
   StoreServer server({});
   Raw good(server.port());

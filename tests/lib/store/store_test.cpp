@@ -2,6 +2,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -46,6 +47,32 @@ TEST(Store, PrefixesSeparateKeySpaces) {
   EXPECT_EQ(b->get("x"), "2");
   EXPECT_EQ(server->get("a/x"), "1");
   EXPECT_EQ(a->with_prefix("inner")->prefix(), "a/inner");
+}
+
+TEST(Store, ListKeysGivesTheKeysUnderThePrefixSorted) {
+  auto server = Store::host(0, 5s);
+  auto client = Store::connect("127.0.0.1", server->port(), 5s);
+  client->set("top", "1");
+  client->with_prefix("a")->set("y/z", "2");
+  client->with_prefix("a")->set("x", "3");
+  client->with_prefix("ab")->set("x", "4");  // "ab/x": not under "a/"
+  EXPECT_EQ(client->with_prefix("a")->list_keys(), (std::vector<std::string>{"x", "y/z"}));
+  EXPECT_EQ(client->list_keys(), (std::vector<std::string>{"a/x", "a/y/z", "ab/x", "top"}));
+  EXPECT_TRUE(client->with_prefix("none")->list_keys().empty());
+  EXPECT_EQ(server->list_keys(), client->list_keys());
+}
+
+TEST(Store, ListKeysFromALegacyClientSaysWhichPyTorchHasIt) {
+  auto server = Store::host(0, 5s);
+  auto legacy = Store::connect("127.0.0.1", server->port(), 5s, {{}, StoreProtocol::kLegacy});
+  try {
+    legacy->list_keys();
+    FAIL() << "a legacy connection listed keys";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("LIST_KEYS needs a PyTorch 2.10+ store"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Store, CompareSetOnlyReplacesTheExpectedValue) {

@@ -261,11 +261,16 @@ def main():
         # shrink: 2 -> 1
         with Pods(2) as pods:
             ckpt = os.path.join(work, "shrink")
-            first = start(pods, 0, "shrink-pod0", ckpt, "1:2")
+            # Pod 1 starts first and waits for the store on pod 0, so it reaches the store
+            # first: the ranks must follow the pod names all the same (member_order.h).
             second = start(pods, 1, "shrink-pod1", ckpt, "1:2")
+            time.sleep(2.0)
+            first = start(pods, 0, "shrink-pod0", ckpt, "1:2")
             together = first.wait_for(r"epoch 1/3 step 40/", 180)
-            check("shrink: both pods train as one group of 2 nodes",
-                  together and "round 0: node 0 of 2, ranks 0..0 of 2" in first.output(),
+            check("shrink: both pods train as one group of 2 nodes, pod 0 as node 0 though pod 1 "
+                  "reached the store first",
+                  together and "round 0: node 0 of 2, ranks 0..0 of 2" in first.output()
+                  and "round 0: node 1 of 2, ranks 1..1 of 2" in second.output(),
                   first.output()[-400:])
             os.killpg(second.proc.pid, signal.SIGTERM)  # the kubelet deleting pod 1
             left = second.wait(60)
