@@ -138,8 +138,8 @@ class Agent {
   // --event-log-handler: the rendezvous, and at the end each worker's and the agent's result.
   void record_rendezvous(const NodeAssignment& node, std::chrono::steady_clock::duration took);
   void record_end(const Supervisor& supervisor, int exit_code);
-  // ddprun_torch beside this ddprun on the workers' PYTHONPATH: last, or, with --collectives
-  // ddprun, first after the hook's folder.
+  // The workers' PYTHONPATH: ddprun's hook first (DDP_PYTHON_HOOK), and ddprun_torch beside
+  // this ddprun last, or, with --collectives ddprun, right after the hook.
   void install_python_path();
 
   const LaunchConfig& config_;
@@ -157,6 +157,7 @@ class Agent {
   std::optional<FailureReport> last_failure_;  // the root cause it ended with
   std::unique_ptr<EventLog> events_;
   std::vector<RankPlacement> placement_;  // --numa-binding's plan, by local rank
+  std::optional<PythonHook> hook_;        // DDP_PYTHON_HOOK (python_hook.h)
   // TORCHELASTIC_HEALTH_CHECK_PORT's answer: unhealthy once this loop stalls for torchelastic's
   // 60 s, or for the store's read timeout and 10 s more (one slow store call is no stall).
   AgentHealth health_{std::max<std::chrono::milliseconds>(
@@ -194,11 +195,13 @@ void Agent::install_python_path() {
   std::error_code ec;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   const auto packages = ddprun_torch_dirs(ec ? std::string() : self.string());
+  if (config_.python_hook) hook_.emplace(config_.ddprun_collectives);
   if (!config_.ddprun_collectives) {
     effective_.python_path_append = packages;
+    if (hook_) effective_.python_path_prepend = {hook_->path()};
     return;
   }
-  effective_.python_path_prepend = {install_python_hook(log_root_)};
+  effective_.python_path_prepend = {hook_->path()};
   effective_.python_path_prepend.insert(effective_.python_path_prepend.end(), packages.begin(),
                                         packages.end());
   ddp::log::info(

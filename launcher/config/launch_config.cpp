@@ -576,6 +576,18 @@ void resolve_worker_view(const CommandLine& cli, const EnvMap& env, LaunchConfig
     }
     c.ddprun_collectives = v->value == "ddprun";
   }
+  if (auto hook = env.find(ddp::settings::kPythonHook.name); hook != env.end()) {
+    if (hook->second != "on" && hook->second != "off") {
+      throw ConfigError(std::string(ddp::settings::kPythonHook.name) + "=" + hook->second +
+                        ": 'on' (ddprun's sitecustomize hook for Python workers) or 'off'");
+    }
+    c.python_hook = hook->second == "on";
+  }
+  if (c.ddprun_collectives && !c.python_hook) {
+    throw ConfigError(
+        std::string("--collectives ddprun works through ddprun's Python hook, which ") +
+        ddp::settings::kPythonHook.name + "=off turns off; drop one of the two");
+  }
   if (auto v = pick(cli, env, "numa-binding")) {
     c.numa_binding = parse_binding_policy(v->source, v->value);
   }

@@ -103,6 +103,9 @@ struct LaunchConfig {
   // --collectives ddprun (PET_COLLECTIVES, DDP_TORCH_COLLECTIVES): Python workers' gloo CPU
   // collectives take the library's "ddprun" backend (python_hook.h).
   bool ddprun_collectives = false;
+  // DDP_PYTHON_HOOK (on by default): Python workers get ddprun's sitecustomize hook
+  // (python_hook.h); off leaves PYTHONPATH as torchrun's but for ddprun_torch's folder, last.
+  bool python_hook = true;
   // Set by the agent: with ddprun_collectives, the hook's folder and ddprun_torch's, first on
   // the workers' PYTHONPATH; without, ddprun_torch's folder beside ddprun, last.
   std::vector<std::string> python_path_prepend;

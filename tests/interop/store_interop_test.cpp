@@ -132,8 +132,7 @@ TEST(StoreInterop, ClientPassesAgainstTorchServers) {
         s->list_keys();
         ADD_FAILURE() << "a torch 2.6 server listed keys";
       } catch (const ddp::StoreError& e) {
-        EXPECT_NE(std::string(e.what()).find("older than 2.10 has no LIST_KEYS"),
-                  std::string::npos)
+        EXPECT_NE(std::string(e.what()).find("older than 2.10 has no LIST_KEYS"), std::string::npos)
             << e.what();
       }
       EXPECT_EQ(s->get("m1"), "1");

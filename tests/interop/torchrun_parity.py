@@ -90,9 +90,11 @@ BY_DESIGN = [
      "torchrun 1.13's spelling (Debian's python3-torch), kept beside TORCH_NCCL_ASYNC_ERROR_HANDLING "
      "which both set; no effect on CPU"),
     ("*", r".*: PYTHONPATH",
-     lambda t, d: t is None and d.startswith(HERE + ":") and d.endswith("/python"),
-     "ddprun appends the folder of the ddprun_torch package beside it (after every entry the "
-     "worker was given, so nothing of the user's is shadowed)"),
+     lambda t, d: t is None and re.fullmatch(r"/\S*/python-hook:" + re.escape(HERE) + r":\S*/python",
+                                             d) is not None,
+     "ddprun puts its Python hook first (the agent store only at MASTER_PORT: a script's own "
+     "tcp:// store works, where torchrun leaves it hanging) and appends the folder of the "
+     "ddprun_torch package beside it (after every entry the worker was given)"),
     ("standalone|c10d|restart|failure|module|no-python|start-method|run-path|nproc-cpu|tee",
      r".*: MASTER_ADDR", lambda t, d: d == "127.0.0.1",
      "ddprun gives the store's host as the other nodes reached it (the rendezvous endpoint); "

@@ -365,6 +365,20 @@ inline constexpr Setting kTorchCollectives{
     "library's \"ddprun\" backend (lib/python/README.md), where neither --collectives nor "
     "PET_COLLECTIVES says."};
 
+inline constexpr Setting kPythonHook{
+    "DDP_PYTHON_HOOK",
+    Type::kChoice,
+    "on",
+    0,
+    0,
+    "on|off",
+    "",
+    "ddprun",
+    "on: Python workers get ddprun's sitecustomize hook first on PYTHONPATH; it keeps "
+    "TORCHELASTIC_USE_AGENT_STORE to the agent's own store, so that init_method=\"tcp://...\" on "
+    "a port of the script's own works instead of hanging (pytorch PR #192113), and carries "
+    "--collectives ddprun. off: no hook (--collectives ddprun then refuses to start)."};
+
 inline constexpr Setting kDoctorShmBytes{
     "DDP_DOCTOR_SHM_BYTES",
     Type::kBytes,

@@ -97,6 +97,7 @@ const std::vector<const Setting*>& all() {
                                                     &kTraceDir,
                                                     &kNnodes,
                                                     &kTorchCollectives,
+                                                    &kPythonHook,
                                                     &kDoctorShmBytes,
                                                     &kDoctorTransferMs,
                                                     &kDoctorMinMbps,

@@ -125,6 +125,7 @@ struct StoreServer::Impl {
   Served on_queue_pop(Query& q);
   Served on_queue_len(Query& q);
   Served on_list_keys(Query& q);
+  Served on_barrier(Query& q);
 
   bool keys_present(const std::vector<std::string>& keys) const;
   // Stores `value` at `key`, then wakes its waiters and tells its watchers (created or updated).

@@ -128,6 +128,8 @@ StoreServer::Impl::Handler StoreServer::Impl::handler_for(Op op) {
       return &Impl::on_queue_len;
     case Op::kListKeys:
       return &Impl::on_list_keys;
+    case Op::kBarrier:
+      return &Impl::on_barrier;
   }
   throw ProtocolError("a query this server has no handler for");
 }
@@ -346,6 +348,31 @@ Served StoreServer::Impl::on_queue_len(Query& q) {
   if (!q.r.key(key)) return Served::kIncomplete;
   auto queue = queues.find(key);
   q.out.value<int64_t>(queue == queues.end() ? 0 : static_cast<int64_t>(queue->second.size()));
+  return Served::kDone;
+}
+
+// ---- BARRIER (PyTorch main, after 2.10's LIST_KEYS) -----------------------------------------
+
+// Adds one to the counter at `key`; the arrival that brings it to `world_size` is answered
+// STOP_WAITING at once and wakes every earlier arrival (and any WAIT on the key); earlier ones
+// wait. As torch's servers do, the count below the world size is stored without waking anyone.
+Served StoreServer::Impl::on_barrier(Query& q) {
+  std::string key;
+  int64_t world_size = 0;
+  if (!q.r.key(key) || !q.r.value(world_size)) return Served::kIncomplete;
+  auto pos = data.find(key);
+  const auto count = store::counter_after_add(pos == data.end() ? nullptr : &pos->second, 1);
+  if (!count) throw ProtocolError("BARRIER on key '" + key + "', whose value is not an integer");
+  if (*count >= world_size) {
+    put(key, std::to_string(*count));
+    q.out.u8(store::kStopWaiting);
+    return Served::kDone;
+  }
+  data[key] = std::to_string(*count);
+  clear_wait(q.id, q.c);
+  waiting[key].push_back(q.id);
+  q.c.awaited_keys.push_back(key);
+  q.c.awaited = 1;
   return Served::kDone;
 }
 

@@ -11,11 +11,11 @@ constexpr std::array<Op, 13> kLegacy = {
     Op::kSet,      Op::kCompareSet, Op::kGet,       Op::kAdd,       Op::kCheck,
     Op::kWait,     Op::kNumKeys,    Op::kWatchKey,  Op::kDeleteKey, Op::kAppend,
     Op::kMultiGet, Op::kMultiSet,   Op::kCancelWait};
-constexpr std::array<Op, 18> kModern = {
-    Op::kValidate,   Op::kSet,     Op::kCompareSet, Op::kGet,      Op::kAdd,      Op::kCheck,
-    Op::kWait,       Op::kNumKeys, Op::kDeleteKey,  Op::kAppend,   Op::kMultiGet, Op::kMultiSet,
-    Op::kCancelWait, Op::kPing,    Op::kQueuePush,  Op::kQueuePop, Op::kQueueLen,
-    Op::kListKeys};
+constexpr std::array<Op, 19> kModern = {
+    Op::kValidate, Op::kSet,      Op::kCompareSet, Op::kGet,       Op::kAdd,
+    Op::kCheck,    Op::kWait,     Op::kNumKeys,    Op::kDeleteKey, Op::kAppend,
+    Op::kMultiGet, Op::kMultiSet, Op::kCancelWait, Op::kPing,      Op::kQueuePush,
+    Op::kQueuePop, Op::kQueueLen, Op::kListKeys,   Op::kBarrier};
 
 template <std::size_t N>
 std::optional<uint8_t> index_of(const std::array<Op, N>& table, Op op) {
@@ -42,12 +42,12 @@ std::optional<uint8_t> encode_op(Dialect dialect, Op op) {
 
 const char* op_name(Op op) {
   // In the order of Op.
-  static constexpr const char* kNames[] = {
-      "VALIDATE",  "SET",         "COMPARE_SET", "GET",        "ADD",       "CHECK",
-      "WAIT",      "GETNUMKEYS",  "WATCH_KEY",   "DELETE_KEY", "APPEND",    "MULTI_GET",
-      "MULTI_SET", "CANCEL_WAIT", "PING",        "QUEUE_PUSH", "QUEUE_POP", "QUEUE_LEN",
-      "LIST_KEYS"};
-  static_assert(std::size(kNames) == static_cast<std::size_t>(Op::kListKeys) + 1);
+  static constexpr const char* kNames[] = {"VALIDATE",  "SET",         "COMPARE_SET", "GET",
+                                           "ADD",       "CHECK",       "WAIT",        "GETNUMKEYS",
+                                           "WATCH_KEY", "DELETE_KEY",  "APPEND",      "MULTI_GET",
+                                           "MULTI_SET", "CANCEL_WAIT", "PING",        "QUEUE_PUSH",
+                                           "QUEUE_POP", "QUEUE_LEN",   "LIST_KEYS",   "BARRIER"};
+  static_assert(std::size(kNames) == static_cast<std::size_t>(Op::kBarrier) + 1);
   return kNames[static_cast<std::size_t>(op)];
 }
 

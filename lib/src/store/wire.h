@@ -55,6 +55,7 @@ enum class Op : uint8_t {
   kQueuePop,
   kQueueLen,
   kListKeys,  // 2.10+
+  kBarrier,   // after LIST_KEYS on PyTorch main
 };
 
 // The op a query byte means in `dialect`, or nullopt for a byte that means nothing there.

@@ -380,6 +380,18 @@ TEST(LaunchConfig, CollectivesDdprunComesFromTheFlagPetOrDdpTorchCollectives) {
   EXPECT_NE(error.find("--collectives=nccl: 'torch'"), std::string::npos) << error;
 }
 
+TEST(LaunchConfig, ThePythonHookIsOnUnlessTurnedOffAndCollectivesNeedIt) {
+  EXPECT_TRUE(resolve({"a"}).python_hook);
+  EXPECT_FALSE(resolve({"a"}, {{"DDP_PYTHON_HOOK", "off"}}).python_hook);
+  EXPECT_NE(error_of({"a"}, {{"DDP_PYTHON_HOOK", "no"}}).find("DDP_PYTHON_HOOK=no: 'on'"),
+            std::string::npos);
+  const std::string error =
+      error_of({"--collectives", "ddprun", "a"}, {{"DDP_PYTHON_HOOK", "off"}});
+  EXPECT_NE(error.find("--collectives ddprun works through ddprun's Python hook"),
+            std::string::npos)
+      << error;
+}
+
 TEST(LaunchConfig, LogsSpecsOtherThanTheDefaultAreRefused) {
   const std::string error = error_of({"--logs-specs", "my_specs", "a"});
   EXPECT_NE(error.find("--logs-specs='my_specs'"), std::string::npos) << error;

@@ -69,7 +69,7 @@ TEST(PythonHook, TheHookSwapsGlooAndChainsToTheNextSitecustomize) {
                     "(scripts/install-deps)";
   }
   TempDir dir;
-  const std::string hook = install_python_hook(dir.path.string());
+  const std::string hook = install_python_hook(dir.path.string(), true);
   std::ifstream written(hook + "/sitecustomize.py");
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(written), {}), python_hook_source());
   const fs::path other = dir.path / "other";
@@ -81,6 +81,38 @@ TEST(PythonHook, TheHookSwapsGlooAndChainsToTheNextSitecustomize) {
           "s._swap(None), s._swap(\"gloo\"), s._swap(\"GLOO\"), s._swap(\"cpu:gloo,cuda:nccl\"), "
           "s._swap(\"nccl\"), s._swap(\"cpu:mpi\"))' 2>&1");
   EXPECT_EQ(out, "True ddprun ddprun ddprun cpu:ddprun,cuda:nccl nccl cpu:mpi\n");
+  // Without --collectives the same folder's hook leaves init_process_group alone; the marker of
+  // the run before is gone.
+  install_python_hook(dir.path.string(), false);
+  EXPECT_FALSE(fs::exists(fs::path(hook) / "collectives"));
+  EXPECT_EQ(run("PYTHONPATH=" + hook +
+                " /usr/bin/python3 -c 'import sitecustomize as s, torch.distributed as d; "
+                "print(s._COLLECTIVES, d.init_process_group.__module__)' 2>&1"),
+            "False torch.distributed.distributed_c10d\n");
+}
+
+// Under the agent's store flag, a store on a port of the script's own (init_method="tcp://...")
+// is served by rank 0, as without a launcher; torch alone makes every rank a client of it, and
+// rank 0 then waits for a server nobody starts (here for 2 s; 30 minutes by default).
+TEST(PythonHook, AStoreOfTheScriptsOwnIsServedByRankZeroUnderTheAgentStoreFlag) {
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch; install python3-torch "
+                    "(scripts/install-deps)";
+  }
+  TempDir dir;
+  const std::string hook = install_python_hook(dir.path.string(), false);
+  const std::string script =
+      " /usr/bin/python3 -c 'import datetime, socket, sys, torch.distributed.rendezvous\n"
+      "r = sys.modules[\"torch.distributed.rendezvous\"]\n"
+      "s = socket.socket(); s.bind((\"127.0.0.1\", 0)); port = s.getsockname()[1]; s.close()\n"
+      "try:\n"
+      "    store = r._create_c10d_store(\"127.0.0.1\", port, 0, 1, datetime.timedelta(seconds=2))\n"
+      "    store.set(\"k\", \"v\"); print(\"served\", store.get(\"k\").decode())\n"
+      "except Exception as e:\n"
+      "    print(\"failed\", type(e).__name__)' 2>&1";
+  const std::string env = "TORCHELASTIC_USE_AGENT_STORE=True MASTER_PORT=1 ";
+  EXPECT_EQ(run(env + "PYTHONPATH=" + hook + script), "served v\n");
+  EXPECT_NE(run(env + script).find("failed"), std::string::npos);
 }
 
 }  // namespace

@@ -235,7 +235,7 @@ TEST_F(EtcdStore, ListKeysGivesTheKeysUnderThePrefixSorted) {
   auto store = client();
   store->with_prefix("a")->set("y/z", "1");
   store->with_prefix("a")->set("x", "2");
-  store->with_prefix("ab")->set("x", "3");  // not under "a/"
+  store->with_prefix("ab")->set("x", "3");      // not under "a/"
   store->set(std::string("\xff\xff", 2), "4");  // a prefix range's end past 0xff bytes
   EXPECT_EQ(store->with_prefix("a")->list_keys(), (std::vector<std::string>{"x", "y/z"}));
   EXPECT_EQ(store->list_keys(),

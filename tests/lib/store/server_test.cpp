@@ -225,6 +225,31 @@ TEST(StoreServer, ListKeysAnswersEveryKeySortedWithoutQueues) {
   EXPECT_EQ(c.read(expected.data().size()), expected.data());
 }
 
+TEST(StoreServer, BarrierReleasesEveryArrivalWhenTheLastOneComes) {
+  // Byte 18 is BARRIER on PyTorch main: a key and the world size; each arrival waits for
+  // STOP_WAITING, which the last one gets at once and which wakes the others.
+  ASSERT_EQ(code(Dialect::kModern, Op::kBarrier), 18);
+  StoreServer server({});
+  Raw a(server.port());
+  Raw b(server.port());
+  Raw c(server.port());
+  Writer arrive;
+  arrive.u8(18).bytes("bar").value<int64_t>(3);
+  ASSERT_TRUE(a.send(validate() + arrive.data()));
+  ASSERT_TRUE(b.send(validate() + arrive.data()));
+  EXPECT_EQ(a.read(1, 200ms), "");  // two of three: both wait
+  EXPECT_EQ(b.read(1, 50ms), "");
+  ASSERT_TRUE(c.send(validate() + arrive.data()));
+  const std::string stop(1, static_cast<char>(store::kStopWaiting));
+  EXPECT_EQ(c.read(1), stop);
+  EXPECT_EQ(a.read(1), stop);
+  EXPECT_EQ(b.read(1), stop);
+  Writer get;
+  get.u8(code(Dialect::kModern, Op::kGet)).bytes("bar");
+  ASSERT_TRUE(a.send(get.data()));
+  EXPECT_EQ(a.read(9), vec("3"));  // the counter, as torch keeps it
+}
+
 TEST(StoreServer, AnUnknownQueryClosesOnlyThatConnection) {
   StoreServer server({});
   Raw good(server.port());

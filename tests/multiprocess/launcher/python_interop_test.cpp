@@ -78,6 +78,31 @@ TEST(DdprunPython, GlooAllreduceAcrossTwoNodesOfTwoWorkers) {
           "1.13");
 }
 
+// A script that brings its own store (init_method="tcp://..." on a port of its own): torch
+// 1.13-2.x, seeing TORCHELASTIC_USE_AGENT_STORE=True, make every rank a client of that port and
+// nobody serves it (30 minutes under torchrun); ddprun's Python hook has rank 0 serve it. With the
+// hook off, the ranks give up after the script's 20 s timeout: the hook is what makes it work.
+TEST(DdprunPython, AScriptsOwnTcpStoreWorksUnderTheAgentStoreFlag) {
+  if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch.distributed; install python3-torch "
+                    "(scripts/install-deps) to run this test";
+  }
+  const std::string init = "tcp://127.0.0.1:" + std::to_string(ddp::testing::free_tcp_port());
+  run_job(2, {}, DDPRUN_PATH,
+          {{"PYTHON_EXEC", "/usr/bin/python3"},
+           {"GLOO_SOCKET_IFNAME", "lo"},
+           {"GLOO_INIT_METHOD", init}},
+          "1.13");
+  ChildProcess off({DDPRUN_PATH, "--standalone", "--nproc-per-node", "2", kScript},
+                   {{"PYTHON_EXEC", "/usr/bin/python3"},
+                    {"GLOO_SOCKET_IFNAME", "lo"},
+                    {"GLOO_INIT_METHOD", init},
+                    {"GLOO_INIT_TIMEOUT", "20"},
+                    {"DDP_PYTHON_HOOK", "off"}});
+  EXPECT_NE(off.wait(seconds(120)), 0) << off.output();
+  EXPECT_EQ(off.output().find("python rank="), std::string::npos) << off.output();
+}
+
 // PyTorch 2.x workers open every store connection with VALIDATE and speak the 2.1+ query codes.
 // They run in a chroot of their own mount namespace: root only (CI runs as root).
 std::map<std::string, std::string> torch2_env() {
@@ -98,6 +123,13 @@ TEST(DdprunPython, Torch2WorkersOnOneNode) {
 TEST(DdprunPython, Torch2WorkersOnTwoNodes) {
   REQUIRE_ROOT();
   run_job(2, {}, DDPRUN_PATH, torch2_env(), "2.");
+}
+
+TEST(DdprunPython, Torch2ScriptsOwnTcpStoreWorksUnderTheAgentStoreFlag) {
+  REQUIRE_ROOT();
+  auto env = torch2_env();
+  env["GLOO_INIT_METHOD"] = "tcp://127.0.0.1:" + std::to_string(ddp::testing::free_tcp_port());
+  run_job(1, {}, DDPRUN_PATH, env, "2.");
 }
 
 // TORCHELASTIC_ENABLE_FILE_TIMER=1 with torch 2.6's own FileTimerClient: a section released in
