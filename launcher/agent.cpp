@@ -195,7 +195,14 @@ void Agent::install_python_path() {
   std::error_code ec;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   const auto packages = ddprun_torch_dirs(ec ? std::string() : self.string());
-  if (config_.python_hook) hook_.emplace(config_.ddprun_collectives);
+  if (config_.python_hook) {
+    try {
+      hook_.emplace(config_.ddprun_collectives);
+    } catch (const ddp::ConfigError& e) {
+      if (config_.ddprun_collectives) throw;
+      ddp::log::warn("{}; Python workers start without ddprun's hook", e.what());
+    }
+  }
   if (!config_.ddprun_collectives) {
     effective_.python_path_append = packages;
     if (hook_) effective_.python_path_prepend = {hook_->path()};

@@ -102,24 +102,35 @@ StoreRendezvous::StoreRendezvous(const LaunchConfig& config, const HostFacts& ho
   } else {
     host_it = names_this_machine(config.store_host, host, config.local_addr);
   }
-  if (host_it) {
-    try {
-      server_ =
-          ddp::Store::host(config.store_port, config.rdzv.read_timeout, config.rdzv.join_token);
-      hosts_store_ = true;
-      store_port_ = server_->port();
-      store_ = server_->with_prefix("ddprun/" + config.run_id);
-      ddp::log::info("serving the rendezvous store on port {}", store_port_);
-    } catch (const ddp::StoreError& e) {
-      // With c10d, another agent on this machine may have won the port: join it instead.
-      if (config.rdzv_backend == RdzvBackend::kStatic || config.rdzv.is_host.value_or(false) ||
-          config.node_rank) {
-        throw ddp::StoreError(std::string(e.what()) +
-                              "; is another job using this port? choose another --master-port");
-      }
+  // With c10d and nothing naming the host, another agent on this machine may win the port:
+  // this one then joins it, and hosts after all if that agent goes away first.
+  may_host_ = host_it && config.rdzv_backend != RdzvBackend::kStatic &&
+              !config.rdzv.is_host.value_or(false) && !config.node_rank;
+  if (host_it && try_host()) return;
+  connect_with_retry(deadline);
+}
+
+bool StoreRendezvous::try_host() {
+  try {
+    server_ =
+        ddp::Store::host(config_.store_port, config_.rdzv.read_timeout, config_.rdzv.join_token);
+  } catch (const ddp::StoreError& e) {
+    if (!may_host_) {
+      throw ddp::StoreError(std::string(e.what()) +
+                            "; is another job using this port? choose another --master-port");
     }
+    if (!said_not_host_) {
+      ddp::log::info("not serving the rendezvous store here ({}); joining the agent that does",
+                     e.what());
+      said_not_host_ = true;
+    }
+    return false;
   }
-  if (!store_) connect_with_retry(deadline);
+  hosts_store_ = true;
+  store_port_ = server_->port();
+  store_ = server_->with_prefix("ddprun/" + config_.run_id);
+  ddp::log::info("serving the rendezvous store on port {}", store_port_);
+  return true;
 }
 
 StoreRendezvous::~StoreRendezvous() = default;
@@ -168,6 +179,8 @@ void StoreRendezvous::connect_with_retry(Clock::time_point deadline) {
   for (;;) {
     poll_interrupt_();
     why = etcd_ ? std::string() : ddp::net::probe_tcp(store_host_, store_port_);
+    // Nothing serves the port this agent may host: the agent that took it went away first.
+    if (!why.empty() && may_host_ && try_host()) return;
     if (why.empty()) {
       try {
         store_ = open_store(deadline);

@@ -58,6 +58,9 @@ class StoreRendezvous : public Rendezvous {
   // round's configuration error) under round<R>/place/<join index>.
   void assign_places(int round, int closed);
   void connect_with_retry(std::chrono::steady_clock::time_point deadline);
+  // Serves the rendezvous store on the endpoint's port: true when it does; false (logged) when
+  // another agent holds the port and may_host_ allows joining it; else throws.
+  bool try_host();
   std::shared_ptr<ddp::Store> open_store(std::chrono::steady_clock::time_point deadline);
   // The round's node 0 serves the round's workers a fresh store (or picks worker rank 0's port);
   // every node learns where.
@@ -88,6 +91,8 @@ class StoreRendezvous : public Rendezvous {
   std::shared_ptr<ddp::Store> server_;  // kept alive on the hosting node
   std::shared_ptr<ddp::Store> store_;   // this agent's view, prefixed by the run id
   bool hosts_store_ = false;
+  bool may_host_ = false;  // c10d on the endpoint's machine, no rank or is_host naming it
+  bool said_not_host_ = false;
   bool etcd_ = false;
   // A TCP store's non-hosting agents monitor the round (beat, failure, nodes waiting) through
   // a connection of their own whose requests give up after the heartbeat limit.

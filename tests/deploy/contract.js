@@ -877,6 +877,7 @@ function runChecks(r, cluster, codes, dockerfile) {
         ...['base', 'efa', 'graviton', 'graviton-efa', 'monitoring'].map((n) => [n, find(r[n], 'Job', 'ddp-train').spec.template, r[n]]),
         ...Object.entries(find(r.pytorchjob, 'PyTorchJob').spec.pytorchReplicaSpecs)
           .map(([type, spec]) => [`pytorchjob/${type}`, spec.template, r.pytorchjob]),
+        ['elasticjob', elasticTemplate, r.elasticjob],
       ]),
     'join token: Secret mounted at DDPRUN_RDZV_TOKEN_FILE, NetworkPolicy admits the job': () =>
       checkJoinToken([...jobPods('base'), ...jobPods('efa'), ...jobPods('graviton'), ...jobPods('graviton-efa'),

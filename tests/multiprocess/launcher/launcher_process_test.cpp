@@ -1,6 +1,9 @@
 // Drives the real ddprun binary: single node, two nodes on loopback, faults and signals.
 // Every test has hard deadlines and kills what it started (see child_process.h).
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -289,6 +292,36 @@ TEST(DdprunProcess, C10dRendezvousAssignsNodesByJoinOrder) {
   EXPECT_EQ(count_of(both, "GROUP_RANK=0"), 1) << both;
   EXPECT_EQ(count_of(both, "GROUP_RANK=1"), 1) << both;
   EXPECT_EQ(count_of(both, "TORCHELASTIC_RUN_ID=j"), 2) << both;
+}
+
+// Two agents on the store's machine find its port held (here a bound socket that never
+// listens; in CI once, an agent whose own first connection failed): neither can serve, both
+// wait. Once the port is free, one of them serves the store after all and the job runs,
+// instead of both waiting out the join timeout.
+TEST(DdprunProcess, AnAgentThatMayHostServesTheStoreOnceItsPortIsFree) {
+  const int port = ddp::testing::free_tcp_port();
+  const int holder = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(holder, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(bind(holder, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::vector<std::string> flags = {
+      "--nnodes",       "2",    "--nproc-per-node", "1",
+      "--rdzv-backend", "c10d", "--rdzv-endpoint",  "127.0.0.1:" + std::to_string(port),
+      "--rdzv-id",      "late"};
+  ChildProcess a(cmd(flags, {kWorker}), {});
+  ChildProcess b(cmd(flags, {kWorker}), {});
+  ASSERT_TRUE(a.wait_for_output("not serving the rendezvous store here", seconds(30)))
+      << a.output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  close(holder);
+  ASSERT_EQ(a.wait(seconds(60)), 0) << a.output();
+  ASSERT_EQ(b.wait(seconds(30)), 0) << b.output();
+  const std::string both = a.output() + b.output();
+  EXPECT_EQ(count_of(both, "sum=3 ok"), 2) << both;
+  EXPECT_EQ(count_of(both, "serving the rendezvous store on port"), 1) << both;
 }
 
 TEST(DdprunProcess, ElasticRangeStartsWithTheMinimumAfterTheLastCall) {
