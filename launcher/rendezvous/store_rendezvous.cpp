@@ -120,7 +120,7 @@ bool StoreRendezvous::try_host() {
                             "; is another job using this port? choose another --master-port");
     }
     if (!said_not_host_) {
-      ddp::log::info("not serving the rendezvous store here ({}); joining the agent that does",
+      ddp::log::info("the store's port is taken here ({}); joining the agent that holds it",
                      e.what());
       said_not_host_ = true;
     }

@@ -313,8 +313,7 @@ TEST(DdprunProcess, AnAgentThatMayHostServesTheStoreOnceItsPortIsFree) {
       "--rdzv-id",      "late"};
   ChildProcess a(cmd(flags, {kWorker}), {});
   ChildProcess b(cmd(flags, {kWorker}), {});
-  ASSERT_TRUE(a.wait_for_output("not serving the rendezvous store here", seconds(30)))
-      << a.output();
+  ASSERT_TRUE(a.wait_for_output("the store's port is taken here", seconds(30))) << a.output();
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   close(holder);
   ASSERT_EQ(a.wait(seconds(60)), 0) << a.output();
@@ -381,7 +380,7 @@ TEST(DdprunProcess, ElasticJobGoesOnWithoutANodeThatWasStopped) {
   ASSERT_TRUE(b.wait_for_output("first_allreduce", seconds(30))) << b.output();
   ASSERT_NE(a.output().find(" of 2, ranks "), std::string::npos) << a.output();
   // The agent that bound the endpoint serves the store (the job needs it): the other one leaves.
-  const bool a_hosts = a.output().find("serving the rendezvous store") != std::string::npos;
+  const bool a_hosts = a.output().find("serving the rendezvous store on port") != std::string::npos;
   ChildProcess& leaving = a_hosts ? b : a;
   ChildProcess& staying = a_hosts ? a : b;
   leaving.signal(SIGTERM);
