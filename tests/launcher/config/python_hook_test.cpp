@@ -35,6 +35,12 @@ std::string run(const std::string& command) {
   return out;
 }
 
+// The tests that run the hook under Python need Debian's python3-torch.
+#define REQUIRE_TORCH()                                                          \
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)    \
+  GTEST_SKIP() << "/usr/bin/python3 cannot import torch; install python3-torch " \
+                  "(scripts/install-deps)"
+
 TEST(PythonHook, ThePythonPathPutsTheHookFirstAndKeepsTheAgents) {
   const std::string existing = "/opt/mine";
   const std::string empty;
@@ -64,10 +70,7 @@ TEST(PythonHook, ThePackageIsFoundBesideDdprunInABuildTreeAndAnInstallPrefix) {
 // CUDA), a device string keeps its other devices, anything else stays; and it chains to the
 // next sitecustomize on sys.path.
 TEST(PythonHook, TheHookSwapsGlooAndChainsToTheNextSitecustomize) {
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch; install python3-torch "
-                    "(scripts/install-deps)";
-  }
+  REQUIRE_TORCH();
   TempDir dir;
   const std::string hook = install_python_hook(dir.path.string(), true);
   std::ifstream written(hook + "/sitecustomize.py");
@@ -95,10 +98,7 @@ TEST(PythonHook, TheHookSwapsGlooAndChainsToTheNextSitecustomize) {
 // is served by rank 0, as without a launcher; torch alone makes every rank a client of it, and
 // rank 0 then waits for a server nobody starts (here for 2 s; 30 minutes by default).
 TEST(PythonHook, AStoreOfTheScriptsOwnIsServedByRankZeroUnderTheAgentStoreFlag) {
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch; install python3-torch "
-                    "(scripts/install-deps)";
-  }
+  REQUIRE_TORCH();
   TempDir dir;
   const std::string hook = install_python_hook(dir.path.string(), false);
   const std::string script =
