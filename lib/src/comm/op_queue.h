@@ -2,11 +2,15 @@
 // Runs a communicator's operations one at a time, in issue order, so that every rank executes
 // the same sequence. Async operations go to a single communication thread; a blocking call made
 // while that thread is idle runs inline on the caller, so small synchronous ops pay no
-// cross-thread hand-off.
+// cross-thread hand-off. So does a wait on an async op that the thread has not started yet
+// (nothing ahead of it, nothing running): the waiter runs it itself instead of sleeping until the
+// thread is scheduled, runs it and wakes the waiter. On a machine with fewer cores than busy
+// threads (ranks x (caller + communication thread)) that is most of a small op's cost.
 #include <condition_variable>
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -15,18 +19,25 @@
 
 namespace ddp::detail {
 
+class OpQueueCore;
+
 struct WorkState {
   std::mutex mutex;
   std::condition_variable done_cv;
   bool done = false;
   std::exception_ptr error;
+  // The queue the op waits in until it starts (expired once the queue is gone).
+  std::weak_ptr<OpQueueCore> queue;
 
   void finish(std::exception_ptr e);
 };
 
+// Whether the communication thread starts with the first async op (always, outside tests).
+enum class WorkerStart { kOnFirstSubmit, kManual };
+
 class OpQueue {
  public:
-  OpQueue() = default;
+  explicit OpQueue(WorkerStart start = WorkerStart::kOnFirstSubmit);
   ~OpQueue();
   OpQueue(const OpQueue&) = delete;
   OpQueue& operator=(const OpQueue&) = delete;
@@ -47,23 +58,16 @@ class OpQueue {
   Work submit(std::function<void()> op);
   // Fails queued ops that have not started and joins the thread. Idempotent.
   void stop();
+  // Starts the communication thread of a WorkerStart::kManual queue (tests).
+  void start_worker();
 
  private:
-  struct Pending {
-    std::function<void()> op;
-    std::shared_ptr<WorkState> state;
-  };
-  void worker_loop();
-  // Claims the queue for an inline op: true if nothing is queued or running.
   bool begin_inline();
-  // Releases it, waking the worker only if an op was queued meanwhile (or stop() waits).
   void end_inline();
 
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<Pending> pending_;
-  bool busy_ = false;  // an op is executing (on the worker or inline)
-  bool stopping_ = false;
+  std::shared_ptr<OpQueueCore> core_;
+  WorkerStart start_;
+  std::mutex worker_mutex_;  // guards worker_ (async ops may come from several threads)
   std::thread worker_;
 };
 

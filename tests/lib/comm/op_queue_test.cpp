@@ -40,10 +40,48 @@ TEST(OpQueue, AsyncOpsRunInIssueOrderOffTheCaller) {
       order.push_back(i);
     }));
   }
-  for (auto& w : works) w.wait();
+  // Polled, not waited on: a wait may run an op the worker has not started on the waiter.
+  for (auto& w : works) {
+    while (!w.completed()) std::this_thread::sleep_for(100us);
+  }
   ASSERT_EQ(order.size(), 20u);
   for (int i = 0; i < 20; ++i) EXPECT_EQ(order[i], i);
   EXPECT_NE(ran_on, std::this_thread::get_id());
+}
+
+TEST(OpQueue, AWaitRunsTheOpsTheWorkerHasNotStartedOnTheWaiter) {
+  OpQueue queue(WorkerStart::kManual);  // the worker is not scheduled yet
+  std::vector<int> order;
+  std::vector<std::thread::id> ran_on;
+  auto op = [&](int i) {
+    return [&, i] {
+      order.push_back(i);
+      ran_on.push_back(std::this_thread::get_id());
+    };
+  };
+  Work first = queue.submit(op(1));
+  Work second = queue.submit(op(2));
+  Work third = queue.submit(op(3));
+  second.wait();  // runs what is ahead of it, in order, then itself; not what comes after
+  EXPECT_TRUE(first.completed());
+  EXPECT_FALSE(third.completed());
+  ASSERT_EQ(order, (std::vector<int>{1, 2}));
+  for (auto id : ran_on) EXPECT_EQ(id, std::this_thread::get_id());
+  queue.start_worker();
+  while (!third.completed()) std::this_thread::sleep_for(100us);
+  ASSERT_EQ(order, (std::vector<int>{1, 2, 3}));
+  EXPECT_NE(ran_on.back(), std::this_thread::get_id());
+}
+
+TEST(OpQueue, AnErrorOfAnOpRunOnItsWaiterReachesTheWaiter) {
+  OpQueue queue(WorkerStart::kManual);
+  Work failing = queue.submit([] { throw CommError("allreduce", 0, 1, "boom"); });
+  int ran = 0;
+  Work after = queue.submit([&] { ran = 1; });
+  EXPECT_NO_THROW(after.wait());  // ran both on this thread: the error stays with its op
+  EXPECT_EQ(ran, 1);
+  EXPECT_TRUE(failing.completed());
+  EXPECT_THROW(failing.wait(), CommError);
 }
 
 TEST(OpQueue, BlockingCallWaitsBehindQueuedOps) {
@@ -111,8 +149,11 @@ long context_switches(long tid) {
 TEST(OpQueue, InlineOpsLeaveTheIdleWorkerAsleep) {
   OpQueue queue;
   long worker = 0;
-  queue.submit([&] { worker = static_cast<long>(::syscall(SYS_gettid)); }).wait();
+  // Polled, not waited on: a wait would run it on this thread.
+  Work first = queue.submit([&] { worker = static_cast<long>(::syscall(SYS_gettid)); });
+  while (!first.completed()) std::this_thread::sleep_for(100us);
   ASSERT_NE(worker, 0);
+  ASSERT_NE(worker, static_cast<long>(::syscall(SYS_gettid)));
   std::this_thread::sleep_for(10ms);  // the worker is back to waiting for work
   const long before = context_switches(worker);
   // Spaced out as a training step spaces its collectives, so that a woken worker would be back
