@@ -1,9 +1,15 @@
 """ProcessGroupDdprun: a torch.distributed ProcessGroup written in Python over libddp_capi.
 
 Each collective hands raw pointers to the library, which runs it on the communicator's own thread
-in issue order. A completer thread per group waits for each in that order, copies results back
-where the caller's tensor was not contiguous, and completes the torch Future that Work.wait and
-DDP's bucket hooks use. Nothing here holds the GIL while a collective runs.
+in issue order. Its torch Future is completed (results copied back where the caller's tensor was
+not contiguous) by whoever needs it first:
+- the thread that waits on its Work: a synchronous collective (dist.all_reduce without async_op)
+  completes in its caller's thread, with no other Python thread woken;
+- the group's completer thread, once somebody asks for the Future (Work.get_future: DDP's bucket
+  hooks, chained collectives), which it completes as soon as the library is done, in issue order.
+Ops that nobody asked about yet are "unclaimed": a wait on a later op, is_completed, shutdown, or
+more than _UNCLAIMED_MAX of them complete the older ones first, in issue order. Nothing here holds
+the GIL while a collective runs.
 """
 
 import atexit
@@ -25,11 +31,14 @@ _DTYPES = {
     torch.bfloat16: _capi.DTYPE_BFLOAT16, torch.float16: _capi.DTYPE_FLOAT16,
     torch.int32: _capi.DTYPE_INT32, torch.int64: _capi.DTYPE_INT64,
 }
-_OPS = [
-    (dist.ReduceOp.SUM, _capi.OP_SUM), (dist.ReduceOp.AVG, _capi.OP_AVG),
-    (dist.ReduceOp.MIN, _capi.OP_MIN), (dist.ReduceOp.MAX, _capi.OP_MAX),
-]
 _PRODUCT = "product"
+_OP_CODES = {
+    int(dist.ReduceOp.SUM): _capi.OP_SUM, int(dist.ReduceOp.AVG): _capi.OP_AVG,
+    int(dist.ReduceOp.MIN): _capi.OP_MIN, int(dist.ReduceOp.MAX): _capi.OP_MAX,
+    int(dist.ReduceOp.PRODUCT): _PRODUCT,
+}
+# Unclaimed ops (issued, not waited on, no Future asked for) beyond this go to the completer.
+_UNCLAIMED_MAX = 64
 
 
 def _unsupported(name, instead):
@@ -37,92 +46,140 @@ def _unsupported(name, instead):
 
 
 class _Op:
-    """One collective in flight, completed once: by the completer thread, or by the first thread
-    that waits on it, whichever comes first. A synchronous collective therefore completes in its
-    caller's thread, with no handoff to the completer and back. The library reads and writes
-    `buffers` until then: the op holds them alive."""
+    """One collective in flight, completed once: by the first thread that waits on it, or by the
+    completer once it was claimed for it, whichever comes first. The library reads and writes
+    `buffers` until then: the op holds them alive. Its torch Future is made only when asked for
+    (DDP's hooks, chained collectives): a synchronous collective needs none."""
 
-    __slots__ = ("handle", "finish", "future", "buffers", "lock", "done", "waited")
+    __slots__ = ("handle", "finish", "buffers", "result", "error", "future", "lock", "done",
+                 "waited", "unclaimed")
 
-    def __init__(self, handle, finish, future, buffers):
-        self.handle, self.finish, self.future, self.buffers = handle, finish, future, buffers
+    def __init__(self, finish, buffers):
+        self.handle = None  # set once the library started it
+        self.finish, self.buffers = finish, buffers
+        self.result = self.error = self.future = None
         self.lock = threading.RLock()  # a future's callbacks may wait on their own op
         self.done = False
         self.waited = False  # a thread waits on it: that thread completes it
+        self.unclaimed = True  # in its group's _unclaimed, in issue order
 
     def __del__(self):
-        if _capi is not None and self.handle:  # freed last: both threads may wait on it
-            _capi.LIB.ddp_work_free(self.handle)
+        lib = getattr(_capi, "LIB", None)  # None while the interpreter finalizes
+        if lib is not None and self.handle:  # freed last: both threads may wait on it
+            lib.ddp_work_free(self.handle)
 
     def wait_in_library(self):
         """Blocks until the library finished the op; completes nothing, holds no lock."""
         _capi.LIB.ddp_work_wait(self.handle, None, 0)
 
+    def finished_in_library(self):
+        return bool(_capi.LIB.ddp_work_completed(self.handle))
+
     def complete(self):
         with self.lock:
             if self.done:
                 return
-            self.done = True
-            err = _capi.error_buffer()
-            rc = _capi.LIB.ddp_work_wait(self.handle, err, len(err))
+            rc = _capi.LIB.ddp_work_wait(self.handle, None, 0)
             try:
-                if rc != 0:
+                if rc != 0:  # a second wait on a failed op reports its error again
+                    err = _capi.error_buffer()
+                    _capi.LIB.ddp_work_wait(self.handle, err, len(err))
                     _capi.raise_from(err)
-                self.future.set_result(self.finish())
+                self.result = self.finish()
             except BaseException as e:  # noqa: BLE001 -- the waiter gets it
-                self.future.set_exception(e)
+                self.error = e
             finally:
                 self.buffers = self.finish = None
+            self.done = True
+            if self.future is not None:
+                self._settle()
 
+    def get_future(self):
+        with self.lock:
+            if self.future is None:
+                self.future = torch.futures.Future()
+                if self.done:
+                    self._settle()
+            return self.future
 
-def _work(future, op=None):
-    """The Work torch gets for a collective. torch's own future-wrapping Work (FutureWrappingWork)
-    is not used: its wait() returns True when the future failed, so a synchronous collective
-    would carry on with wrong data. Ours raises. Before torch keeps a Python Work alive itself
-    (PyWorkHolder), a Work handed to C++ callers (DDP's reducer) lives only as long as Python
-    holds it, so the group keeps its recent ones (ProcessGroupDdprun._keep)."""
-    return _Work(future, op)
+    def _settle(self):
+        if self.error is not None:
+            self.future.set_exception(self.error)
+        else:
+            self.future.set_result(self.result)
 
 
 class _Work(dist._Work):
-    """A collective in flight: wait() completes it (or waits for the completer that does)."""
+    """The Work torch gets for a collective: wait() completes it (or waits for the completer that
+    does) and raises its error. torch's own future-wrapping Work (FutureWrappingWork) is not
+    used: its wait() returns True when the future failed, so a synchronous collective would carry
+    on with wrong data. Before torch keeps a Python Work alive itself (PyWorkHolder), a Work
+    handed to C++ callers (DDP's reducer) lives only as long as Python holds it, so the group
+    keeps its recent ones (ProcessGroupDdprun._keep). `future` is given for a Work built from
+    others (chained, coalesced); a single collective's is its op's."""
 
-    def __init__(self, future, op=None):
+    def __init__(self, ops, group, future=None):
         super().__init__()
+        self._ops = ops
+        self._group = group
         self._future = future
-        self._ops = op if isinstance(op, list) else [op] if op is not None else []
 
     def wait(self, timeout=None):  # noqa: ARG002 -- the op has its own timeout
         for op in self._ops:
             op.waited = True
-            op.complete()
-        self._future.wait()  # raises the collective's error
+            self._group._complete_through(op)
+            op.complete()  # when the completer had it: whoever is first
+        if self._future is not None:
+            self._future.wait()  # raises the collective's error
+        else:
+            for op in self._ops:
+                if op.error is not None:
+                    raise op.error
         return True
 
     def get_future(self):
-        return self._future
+        for op in self._ops:
+            self._group._claim_through(op)
+        return self._future if self._future is not None else self._ops[0].get_future()
 
     def is_completed(self):
-        return self._future.done()
+        for op in self._ops:
+            if not op.done and op.finished_in_library():
+                self._group._complete_through(op)
+                op.complete()
+        if self._future is not None:
+            return self._future.done()
+        return all(op.done for op in self._ops)
 
-    def is_success(self):
-        if not self._future.done():
-            return False
-        try:
-            self._future.value()
-            return True
-        except Exception:  # noqa: BLE001
-            return False
-
-    def exception(self):
+    def _error(self):
+        if self._future is None:
+            return next((op.error for op in self._ops if op.error is not None), None)
         try:
             self._future.value()
             return None
         except Exception as e:  # noqa: BLE001
             return e
 
+    def is_success(self):
+        return self.is_completed() and self._error() is None
+
+    def exception(self):
+        return self._error() if self.is_completed() else None
+
     def source_rank(self):
         return -1
+
+
+_THREAD = threading.local()
+
+
+def _error_buffer():
+    """This thread's buffer for a failed start (read at once by raise_from)."""
+    try:
+        return _THREAD.err
+    except AttributeError:
+        _THREAD.err = _capi.error_buffer()
+        return _THREAD.err
 
 
 def _op_timeout(timeout):
@@ -149,15 +206,14 @@ def _dtype_code(tensor, op_name):
 
 
 def _reduce_code(op, op_name):
-    # opts.reduceOp is a ReduceOp object that compares equal to its RedOpType, but hashes apart.
-    if op == dist.ReduceOp.PRODUCT:
-        return _PRODUCT
-    for red_op, code in _OPS:
-        if op == red_op:
-            return code
-    name = getattr(op, "op", op)
-    raise RuntimeError(f"ddprun {op_name}: reduce op {name} is not supported; use SUM, AVG, "
-                       f"MIN, MAX or PRODUCT")
+    # opts.reduceOp is a ReduceOp object that compares equal to its RedOpType, but hashes apart:
+    # looked up by the RedOpType's value.
+    kind = getattr(op, "op", op)
+    try:
+        return _OP_CODES[int(kind)]
+    except (KeyError, TypeError, ValueError):
+        raise RuntimeError(f"ddprun {op_name}: reduce op {kind} is not supported; use SUM, AVG, "
+                           f"MIN, MAX or PRODUCT") from None
 
 
 def _single(tensors, op_name):
@@ -183,7 +239,9 @@ class ProcessGroupDdprun(dist.ProcessGroup):
         if not handle:
             _capi.raise_from(err, f"ddprun backend on rank {rank}: ")
         self._comm = handle
-        self._pending = queue.SimpleQueue()
+        self._pending = queue.SimpleQueue()  # claimed ops, for the completer
+        self._unclaimed = collections.deque()  # ops nobody asked about yet, in issue order
+        self._order_lock = threading.Lock()
         # The last Works handed out: C++ callers (DDP's reducer, module-state broadcasts) wait on
         # theirs within an iteration, long before 4096 more collectives were issued.
         self._recent = collections.deque(maxlen=4096)
@@ -212,6 +270,8 @@ class ProcessGroupDdprun(dist.ProcessGroup):
 
     def shutdown(self):
         if self._comm:
+            for op in self._take_through(None):  # everything issued ends before the group
+                self._pending.put(op)
             self._stop_completer(None)
             _capi.LIB.ddp_comm_destroy(self._comm)
             self._comm = None
@@ -245,13 +305,45 @@ class ProcessGroupDdprun(dist.ProcessGroup):
         library reads and writes `buffers` until then (the _Op holds them)."""
         if not self._comm:
             raise RuntimeError(f"ddprun {op_name}: the process group was shut down")
-        err = _capi.error_buffer()
-        handle = start(err)
-        if not handle:
-            _capi.raise_from(err)
-        op = _Op(handle, finish, torch.futures.Future(), buffers)
-        self._pending.put(op)
-        return self._keep(_work(op.future, op))
+        # Everything Python is built before the library starts the op: on a machine with fewer
+        # cores than busy threads, what this thread does after the start delays the start.
+        op = _Op(finish, buffers)
+        work = self._keep(_Work([op], self))
+        err = _error_buffer()
+        with self._order_lock:  # the library's order and _unclaimed's are the same
+            op.handle = start(err)
+            if not op.handle:
+                _capi.raise_from(err)
+            self._unclaimed.append(op)
+            oldest = self._unclaimed[0] if len(self._unclaimed) > _UNCLAIMED_MAX else None
+        if oldest is not None:
+            self._claim_through(oldest)
+        return work
+
+    def _take_through(self, op):
+        """Removes the unclaimed ops issued up to `op` (all of them for None) and returns them in
+        issue order; none when `op` was claimed or completed already."""
+        with self._order_lock:
+            if op is not None and not op.unclaimed:
+                return []
+            taken = []
+            while self._unclaimed:
+                first = self._unclaimed.popleft()
+                first.unclaimed = False
+                taken.append(first)
+                if first is op:
+                    break
+            return taken
+
+    def _claim_through(self, op):
+        """Hands `op`, and the unclaimed ops issued before it, to the completer."""
+        for earlier in self._take_through(op):
+            self._pending.put(earlier)
+
+    def _complete_through(self, op):
+        """Completes the unclaimed ops issued before `op`, and `op`, in this thread."""
+        for earlier in self._take_through(op):
+            earlier.complete()
 
     def _keep(self, work):
         self._recent.append(work)
@@ -260,7 +352,7 @@ class ProcessGroupDdprun(dist.ProcessGroup):
     def _done(self, value):
         future = torch.futures.Future()
         future.set_result(value)
-        return self._keep(_work(future))
+        return self._keep(_Work([], self, future))
 
     # --- collectives ----------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
@@ -328,7 +420,7 @@ class ProcessGroupDdprun(dist.ProcessGroup):
                 future.set_exception(e)
 
         work.get_future().add_done_callback(chain)
-        return self._keep(_work(future, work._ops))
+        return self._keep(_Work(work._ops, self, future))
 
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
@@ -403,7 +495,7 @@ class ProcessGroupDdprun(dist.ProcessGroup):
             return result
 
         future = torch.futures.collect_all([w.get_future() for w in works]).then(every_one_done)
-        return self._keep(_work(future, [op for w in works for op in w._ops]))
+        return self._keep(_Work([op for w in works for op in w._ops], self, future))
 
     def _reduce_scatter_flat(self, flat, output, op, op_name):
         dtype = _dtype_code(flat, op_name)

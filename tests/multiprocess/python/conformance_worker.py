@@ -9,6 +9,7 @@ dtype, plus eps of the dtype times the result for a final rounding). Prints one 
 
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -181,6 +182,51 @@ def rooted_cases(ours, gloo, seed):
     dist.barrier(group=ours)
 
 
+def async_cases(ours):
+    """Works that are not waited on right away (ddprun_torch completes an op in the thread that
+    waits on it, or in its completer once a Future was asked for): results land, in issue order,
+    however the caller learns of them."""
+    want = float(sum(range(1, WORLD + 1)))
+    # Not contiguous (results are copied back on completion); only the last one is waited on.
+    xs = [torch.full((4, 3), float(RANK + 1)).t() for _ in range(3)]
+    works = [dist.all_reduce(x, group=ours, async_op=True) for x in xs]
+    works[-1].wait()
+    for i, (x, w) in enumerate(zip(xs, works)):  # the values first: is_completed() completes
+        check(f"async: #{i} of 3, not waited on, completed by a later wait", x,
+              torch.full((3, 4), want))
+        if not w.is_completed():
+            failures.append(f"async: #{i} of 3, not waited on: is_completed() False after a "
+                            f"later wait")
+    # Polled with is_completed() alone, never waited on.
+    x = torch.full((3, 5), float(RANK + 1)).t()
+    w = dist.all_reduce(x, group=ours, async_op=True)
+    _until(w.is_completed, "async: is_completed() polling")
+    check("async: completed by is_completed() polling", x, torch.full((5, 3), want))
+    # More ops than are ever left unclaimed, none waited on; then only the last one's Future.
+    xs = [torch.full((2, 2), float(RANK + i)).t() for i in range(150)]
+    works = [dist.all_reduce(x, group=ours, async_op=True) for x in xs]
+    works[-1].get_future().wait()
+    for i in (0, 75, 149):
+        check(f"async: #{i} of 150 unwaited", xs[i],
+              torch.full((2, 2), want - WORLD + WORLD * i))
+    # A Future's callback runs without anybody waiting (the completer completes it).
+    x = torch.full((3,), float(RANK + 1))
+    seen = []
+    dist.all_reduce(x, group=ours, async_op=True).get_future().then(lambda f: seen.append(1))
+    _until(lambda: seen, "async: a Future's callback with no waiter")
+    check("async: a Future's callback with no waiter", x, torch.full((3,), want))
+    dist.barrier(group=ours)
+
+
+def _until(condition, name, seconds=60.0):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            failures.append(f"{name}: still false after {seconds} s")
+            return
+        time.sleep(0.001)
+
+
 def _peer_input(rank, seed):
     g = torch.Generator().manual_seed(seed * 1000 + rank)
     return torch.randint(-50, 50, (3, 3), generator=g, dtype=torch.int64)
@@ -218,6 +264,7 @@ def main():
         other_cases(ours, gloo, seed)
     coalesced_cases(ours, 4)
     rooted_cases(ours, gloo, 3)
+    async_cases(ours)
     refusals(ours)
     print(f"CONFORMANCE rank={RANK} passed={passed} failed={len(failures)}", flush=True)
     dist.destroy_process_group()
