@@ -5,12 +5,15 @@
 
 Runs conformance_worker.py under ddprun at each world size (default 1 2 3 4), its workers being
 the trixie root's torch 2.6 (tests/interop/torch2-python), and requires every rank to report its
-cases passed; over libfabric at 2 and 3; and at 2 pods x 2 ranks (hierarchical collectives). Then trains ddp_worker.py at 2 ranks on gloo and on ddprun (plain, no_sync
-accumulation, the bf16 and fp16 compression hooks) and requires the same losses (1e-5) and
-accuracy; checks that --collectives ddprun gives an unchanged gloo script the "ddprun" backend;
-and that a rank SIGKILLed mid-allreduce makes the others raise within the op timeout. Each job has a hard bound and is killed by process group. Exits 77 (skip) without root
-or the root, saying why. --recipe-only runs the copy recipe alone (the arm64 label, with an arm64
-ddprun and package and DDP_TORCH2_ROOT naming the arm64 root).
+cases passed; over libfabric at 2 and 3; and at 2 pods x 2 ranks (hierarchical collectives).
+Then trains ddp_worker.py at 2 ranks on gloo and on ddprun (plain, no_sync accumulation, the bf16
+and fp16 compression hooks) and requires the same losses (1e-5) and accuracy; checks that
+--collectives ddprun gives an unchanged gloo script the "ddprun" backend; that a rank SIGKILLed
+mid-allreduce makes the others raise within the op timeout; and that ddprun's abort notice for a
+node lost by its heartbeat ends the other node's blocked allreduce with the reason (gloo and
+libfabric). Each job has a hard bound and is killed by process group. Exits 77 (skip) without
+root or the root, saying why. --recipe-only runs the copy recipe alone (the arm64 label, with an
+arm64 ddprun and package and DDP_TORCH2_ROOT naming the arm64 root).
 """
 
 import os
@@ -21,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -151,6 +155,96 @@ def killed_rank(package_dir, interop_dir, world=3, timeout_s=10):
     return ok
 
 
+class Streamed:
+    """A process whose output is read as it comes (a thread per process), to act on its lines."""
+
+    def __init__(self, argv, env):
+        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.lines = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def output(self):
+        return "".join(self.lines)
+
+    def wait_for(self, pattern, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = re.search(pattern, self.output())
+            if found or self.proc.poll() is not None:
+                return re.search(pattern, self.output())
+            time.sleep(0.05)
+        return None
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.reader.join(5)
+
+
+def lost_node(ddprun, package_dir, interop_dir, backend):
+    """Two nodes of one rank each (heartbeat every 0.3 s, limit 3), allreducing through "ddprun"
+    with a long op timeout (600 s). Node 1's agent and worker stop without closing a socket
+    (SIGSTOP). Node 0's ddprun declares it lost by its heartbeat and writes the abort notice;
+    node 0's worker, blocked in the allreduce, must end with "aborted by ddprun: node 1 (...)"
+    within seconds and unkilled: over libfabric the op raises DdprunError in Python, over gloo the
+    library ends the process with 70 after its 1 s grace, as for C++ workers."""
+    env = dict(os.environ, PYTHON_EXEC=os.path.join(interop_dir, "torch2-python"),
+               DDP_TORCH2_BIND=":".join([HERE, interop_dir, package_dir]), PYTHONPATH=package_dir,
+               GLOO_SOCKET_IFNAME="lo", DDP_BACKEND=backend, DDP_TIMEOUT_SEC="600")
+    port = free_port()
+    nodes = [Streamed(["unshare", "--uts", "sh", "-c", f'hostname ddprun-node{n} && exec "$@"', "sh",
+                       ddprun, "--nnodes", "2", "--node-rank", str(n), "--nproc-per-node", "1",
+                       "--master-addr", "127.0.0.1", "--master-port", str(port),
+                       "--rdzv-conf", "keep_alive_interval=0.3,keep_alive_max_attempt=3",
+                       os.path.join(HERE, "lost_node_worker.py")], env) for n in range(2)]
+    stopped = []
+    try:
+        ready = [node.wait_for(r"READY rank=\d+ pid=(\d+)", JOB_SECONDS) for node in nodes]
+        if not all(ready):
+            print("\n".join(node.output() for node in nodes))
+            print(f"FAIL lost node over {backend}: the workers did not start", flush=True)
+            return False
+        stopped = [nodes[1].proc.pid, int(ready[1].group(1))]
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        start = time.monotonic()
+        try:
+            code = nodes[0].proc.wait(60)
+        except subprocess.TimeoutExpired:
+            code = None
+        took = time.monotonic() - start
+        nodes[0].reader.join(5)
+        out = nodes[0].output()
+        worker = (r"RAISED .*aborted by ddprun: node 1 \(" if backend == "fabric" else
+                  r"aborted by ddprun: node 1 \(")
+        ok = (code == 70 and took < 20 and re.search(worker, out) is not None and
+              "was lost: no heartbeat for 0.9 s" in out and "sending SIGKILL" not in out)
+        if not ok:
+            print(out)
+        reason = re.search(r"aborted by ddprun: [^\n]*", out)
+        print(f"{'ok  ' if ok else 'FAIL'} lost node over {backend}: node 0 exited {code} "
+              f"{took:.1f} s after node 1 fell silent; worker: "
+              f"{reason.group(0)[:90] if reason else '-'}", flush=True)
+        return ok
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for node in nodes:
+            node.kill()
+
+
 def collect(procs, timeout):
     """Each process's output and exit code (None: killed at the deadline, with every other
     process of the job, by process group)."""
@@ -266,6 +360,7 @@ def main():
     results.append(copied_recipe(ddprun, package_dir, interop_dir))
     # Five times: an exit while the completer thread finished a future aborted 3 runs in 11.
     results += [killed_rank(package_dir, interop_dir) for _ in range(5)]
+    results += [lost_node(ddprun, package_dir, interop_dir, b) for b in ("gloo", "fabric")]
     results += [training(ddprun, package_dir, interop_dir, mode)
                 for mode in ("plain", "no_sync", "bf16_hook", "fp16_hook")]
     return 0 if all(results) else 1
