@@ -7,6 +7,10 @@ MASTER_PORT; GLOO_SOCKET_IFNAME where the pod's interface is not the default rou
     pod_allreduce_c10d.py SIZE_BYTES... [--iterations=N] [--min-seconds=S]
 DDP_BENCH_TORCH_BACKEND=ddprun measures the library's torch.distributed backend (ddprun_torch,
 found on PYTHONPATH) instead of gloo, through the same calls.
+DDP_BENCH_BATCH=1 times back-to-back ops instead: 5 batches, each started by a barrier, its time
+per op the slowest rank's (as nccl-tests does). Timing one op from a barrier on rank 0 alone
+favours a backend whose barrier lets rank 0 go last, since the others have started by then;
+batches measure what a training step's bucket after bucket sees.
 """
 import os
 import sys
@@ -26,6 +30,30 @@ def tx_bytes(iface):
         return 0
 
 
+def timed_ops(data, ops):
+    times = []
+    for _ in range(ops):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(data)
+        times.append(time.perf_counter() - start)
+    return times, ops
+
+
+def timed_batches(data, ops, batches=5):
+    times = []
+    per_batch = max(ops // batches, 1)
+    for _ in range(batches):
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(per_batch):
+            dist.all_reduce(data)
+        slowest = torch.tensor([(time.perf_counter() - start) / per_batch], dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        times.append(float(slowest))
+    return times, batches * per_batch
+
+
 def main():
     sizes, iterations, min_seconds = [], 20, 1.0
     for arg in sys.argv[1:]:
@@ -40,11 +68,13 @@ def main():
         import ddprun_torch  # noqa: F401 -- registers the backend
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
+    batch = os.environ.get("DDP_BENCH_BATCH") == "1"
     link = os.environ.get("DDP_BENCH_LINK")
     if link and not os.path.exists(f"/sys/class/net/{link}"):
         link = None
     if rank == 0:
-        print(f"# c10d {backend} (torch {torch.__version__}), {world} ranks", flush=True)
+        print(f"# c10d {backend} (torch {torch.__version__}), {world} ranks"
+              f"{', back-to-back batches' if batch else ''}", flush=True)
     for size in sizes:
         data = torch.ones(size // 4, dtype=torch.float32)
         dist.all_reduce(data)
@@ -56,13 +86,8 @@ def main():
         count = torch.tensor([float(min(max(int(min_seconds / max(one, 1e-6)), iterations), 2000))])
         dist.broadcast(count, 0)
         ops = int(count.item())
-        times = []
         sent_before = tx_bytes(link)
-        for _ in range(ops):
-            dist.barrier()
-            start = time.perf_counter()
-            dist.all_reduce(data)
-            times.append(time.perf_counter() - start)
+        times, ops = timed_batches(data, ops) if batch else timed_ops(data, ops)
         sent = tx_bytes(link) - sent_before
         times.sort()
         median = times[len(times) // 2]
@@ -72,7 +97,18 @@ def main():
             print(f"{size} {median * 1e6:.1f} {algbw:.4f} {busbw:.4f} "
                   f"{sent // ops if link else -1}", flush=True)
     dist.barrier()
-    dist.destroy_process_group()
+    leave()
+
+
+def leave():
+    """Exits once the figures are out, without tearing the process group down: torch 2.6's
+    ProcessGroupGloo destructor joins its worker threads holding the GIL, and a worker still
+    freeing a finished op's tensor whose Python object died waits for the GIL: a deadlock
+    (pytorch#56297; pytorch#154976 releases the GIL there from torch 2.8). 2 pods x 2 ranks
+    met it in 4 of about 45 runs of c10d gloo, rank 0 stuck in destroy_process_group."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ other sizes given). Run under ddprun, one job, the variants interleaved in round
 with ddprun_torch importable (PYTHONPATH=build/lib/python; under ddprun it is found beside ddprun).
 Prints per size: the median microseconds of dist.all_reduce on gloo, on "ddprun", and of the same
 allreduce issued and waited through ctypes on the group's communicator (the library plus ctypes);
-"ddprun" minus the last is what the Python ProcessGroup adds (Work, Future, completer thread).
+"ddprun" minus the last is what the Python ProcessGroup adds (torch's dispatch into a Python
+ProcessGroup, the argument checks, its Work and op record).
 """
 import os
 import statistics
@@ -67,7 +68,11 @@ def main():
             print(f"{size:>9} {med['gloo']:>9.1f} {med['ddprun']:>10.1f} {med['capi']:>9.1f} "
                   f"{med['ddprun'] - med['capi']:>16.1f} {med['gloo'] / med['ddprun']:>11.2f}x",
                   flush=True)
-    dist.destroy_process_group()
+    dist.barrier()
+    # No destroy_process_group: torch 2.6's gloo teardown can deadlock on the GIL (pytorch#56297,
+    # fixed in 2.8); see bench/pod_allreduce_c10d.py, leave().
+    sys.stdout.flush()
+    os._exit(0)
 
 
 main()
