@@ -1,13 +1,17 @@
 """One rank of the DDP equality run (ddprun_torch_test.py): the shape of kubeflow's
 mnist.py (a CNN, DistributedDataParallel, a DistributedSampler) on a Fashion-MNIST subset.
 
-    ddp_worker.py BACKEND MODE     BACKEND: gloo or ddprun; MODE: plain, no_sync, bf16_hook or
-                                   fp16_hook
+    ddp_worker.py BACKEND MODE     BACKEND: gloo or ddprun; MODE: plain, no_sync, bf16_hook,
+                                   fp16_hook or join
+
+join: uneven inputs, the last rank stops JOIN_SHORT steps early, inside DDP's join() context
+(the others' allreduces meet its shadow ones, and the final model is broadcast).
 
 Prints "STEP <n> loss=<x>" per step on rank 0 and "ACCURACY <x>" at the end, for the driver to
 compare between backends (same seed, same data, same order).
 """
 
+import contextlib
 import gzip
 import os
 import sys
@@ -21,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 DATA = "/usr/share/datasets/fashion-mnist"
 SAMPLES = 1024
 BATCH = 32
+JOIN_SHORT = 3
 
 
 def read_idx(name, offset):
@@ -48,6 +53,22 @@ class Net(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
+def train(model, optimizer, loader, steps, mode, rank):
+    for step, (x, y) in enumerate(loader):
+        if step >= steps:
+            break
+        if mode == "no_sync" and step % 2 == 0:
+            with model.no_sync():
+                F.cross_entropy(model(x), y).backward()
+            continue
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if rank == 0:
+            print(f"STEP {step} loss={loss.item():.8f}", flush=True)
+
+
 def main():
     backend, mode = sys.argv[1], sys.argv[2]
     if backend == "ddprun":
@@ -73,17 +94,9 @@ def main():
     dataset = torch.utils.data.TensorDataset(images, labels)
     sampler = torch.utils.data.distributed.DistributedSampler(dataset, world, rank, seed=0)
     loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, sampler=sampler)
-    for step, (x, y) in enumerate(loader):
-        if mode == "no_sync" and step % 2 == 0:
-            with model.no_sync():
-                F.cross_entropy(model(x), y).backward()
-            continue
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        if rank == 0:
-            print(f"STEP {step} loss={loss.item():.8f}", flush=True)
+    steps = len(loader) - (JOIN_SHORT if mode == "join" and rank == world - 1 else 0)
+    with model.join() if mode == "join" else contextlib.nullcontext():
+        train(model, optimizer, loader, steps, mode, rank)
     test_x, test_y = load("t10k", 512)
     with torch.no_grad():
         correct = (model(test_x).argmax(1) == test_y).sum().item()

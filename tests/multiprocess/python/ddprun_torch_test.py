@@ -362,7 +362,7 @@ def main():
     results += [killed_rank(package_dir, interop_dir) for _ in range(5)]
     results += [lost_node(ddprun, package_dir, interop_dir, b) for b in ("gloo", "fabric")]
     results += [training(ddprun, package_dir, interop_dir, mode)
-                for mode in ("plain", "no_sync", "bf16_hook", "fp16_hook")]
+                for mode in ("plain", "no_sync", "bf16_hook", "fp16_hook", "join")]
     return 0 if all(results) else 1
 
 
