@@ -357,6 +357,17 @@ std::optional<FailureReport> Agent::exit_barrier(Rendezvous& rendezvous,
   return failure;
 }
 
+namespace {
+
+// How many of the round's nodes remain after a loss (a node lost, or one that left): one fewer.
+// A join is growth: none, and the next round waits for its last call.
+std::optional<int> survivors_after(const FailureReport& cause, const NodeAssignment& node) {
+  if (cause.kind == "lost" || cause.kind == "agent") return node.group_world_size - 1;
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment& node,
                                     RoundOutcome outcome) {
   const bool elastic = config_.min_nodes < config_.max_nodes;
@@ -371,7 +382,7 @@ std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment
     case AfterRound::kNextRound:
       ddp::log::info("round {} ended for a change of members ({}); the group moves to round {}",
                      node.round, outcome.root_cause->headline(), node.round + 1);
-      rendezvous.advance(node.round, node.restarts);
+      rendezvous.advance(node.round, node.restarts, survivors_after(*outcome.root_cause, node));
       return std::nullopt;
     case AfterRound::kLeave:
       // This node is going away (its pod is being deleted): report and leave promptly.
@@ -383,7 +394,7 @@ std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment
       report(*outcome.root_cause);
       ddp::log::warn("restarting the group: restart {} of {}", node.restarts + 1,
                      config_.max_restarts);
-      rendezvous.advance(node.round, node.restarts + 1);
+      rendezvous.advance(node.round, node.restarts + 1, std::nullopt);
       return std::nullopt;
     default:
       break;

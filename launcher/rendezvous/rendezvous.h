@@ -86,8 +86,9 @@ class Rendezvous {
   // Nodes that arrived after `round` closed and wait for the next one (an elastic job's growth).
   virtual int nodes_waiting(int round) = 0;
   // Moves the job from `round` to the next one (idempotent across agents), whose NodeAssignment
-  // will carry `restarts`: the failed rounds so far.
-  virtual void advance(int round, int restarts) = 0;
+  // will carry `restarts`: the failed rounds so far. After a loss, `survivors` is how many of
+  // the round's nodes remain: the next round closes once they are all in, with no last call.
+  virtual void advance(int round, int restarts, std::optional<int> survivors) = 0;
   // Exit barrier after this node's workers all succeeded: waits for the other nodes, up to the
   // exit barrier timeout. Returns the round's failure if one is published meanwhile.
   virtual std::optional<FailureReport> finish(int round, int nodes) = 0;

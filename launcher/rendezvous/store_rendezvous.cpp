@@ -369,17 +369,12 @@ void StoreRendezvous::assign_places(int round, int closed) {
   store_->multi_set(place_keys, places);  // one request: no agent sees half of it
 }
 
-NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, bool& late) {
-  const auto start = Clock::now();
-  const int index = static_cast<int>(store_->add(key(round, "joined"), 1));
-  json me = {{"node_rank", config_.node_rank.value_or(-1)},
-             {"preferred", preferred_rank_},
-             {"nproc", config_.nproc_per_node},
-             {"host", config_.local_addr.empty() ? host_.hostname : config_.local_addr}};
-  store_->set(key(round, "member/" + std::to_string(index)), me.dump());
-  if (index == config_.max_nodes)
-    store_->compare_set(key(round, "closed"), "", std::to_string(index));
-
+void StoreRendezvous::wait_until_closed(int round, Clock::time_point start,
+                                        Clock::time_point deadline) {
+  // After a loss the agent that ended the previous round wrote how many nodes survived it
+  // (advance); it did so before it moved the job on, so the key is there for every survivor.
+  const std::string expected_key = key(round, "survivors_expected");
+  const int expected = store_->check({expected_key}) ? std::stoi(store_->get(expected_key)) : -1;
   auto backoff = milliseconds(1);
   auto next_report = start + kFirstProgress;
   std::optional<Clock::time_point> min_reached;
@@ -389,7 +384,8 @@ NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, 
     const int joined = static_cast<int>(store_->add(key(round, "joined"), 0));
     if (joined >= config_.min_nodes) {
       if (!min_reached) min_reached = now;
-      if (now - *min_reached >= config_.rdzv.last_call_timeout) {
+      if (now - *min_reached >= config_.rdzv.last_call_timeout ||
+          survivors_in(round, expected, joined)) {
         store_->compare_set(key(round, "closed"), "", std::to_string(joined));
         continue;
       }
@@ -418,6 +414,32 @@ NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, 
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, poll_cap(milliseconds(50)));
   }
+}
+
+bool StoreRendezvous::survivors_in(int round, int expected, int joined) {
+  if (expected <= 0) return false;
+  const int survivors = static_cast<int>(store_->add(key(round, "survivors"), 0));
+  if (survivors < expected) return false;
+  ddp::log::info(
+      "round {}: every node that survived round {} is in ({} survivors, {} nodes); it closes "
+      "now, without the last call a growth waits for",
+      round, round - 1, survivors, joined);
+  return true;
+}
+
+NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, bool& late) {
+  const auto start = Clock::now();
+  const int index = static_cast<int>(store_->add(key(round, "joined"), 1));
+  json me = {{"node_rank", config_.node_rank.value_or(-1)},
+             {"preferred", preferred_rank_},
+             {"nproc", config_.nproc_per_node},
+             {"host", config_.local_addr.empty() ? host_.hostname : config_.local_addr}};
+  store_->set(key(round, "member/" + std::to_string(index)), me.dump());
+  if (index == config_.max_nodes)
+    store_->compare_set(key(round, "closed"), "", std::to_string(index));
+  // A node that had a place in the previous round is one of its survivors.
+  if (last_round_ >= 0 && last_round_ == round - 1) store_->add(key(round, "survivors"), 1);
+  wait_until_closed(round, start, deadline);
   const int closed = std::stoi(store_->get(key(round, "closed")));
   if (index > closed) {
     late = true;
@@ -465,6 +487,7 @@ NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, 
   node.rank_offset = place.at("rank_offset").get<int>();
   node.world_size = place.at("world_size").get<int>();
   preferred_rank_ = node.group_rank;
+  last_round_ = round;
   return node;
 }
 
@@ -587,10 +610,13 @@ int StoreRendezvous::restarts_before(int round) {
   return std::stoi(store_->get(key(round, "restarts")));
 }
 
-void StoreRendezvous::advance(int round, int restarts) {
+void StoreRendezvous::advance(int round, int restarts, std::optional<int> survivors) {
   release_worker_store();  // the round is over: its workers are gone
   // The first agent's count stands: every agent of the round computes the same one.
   store_->compare_set(key(round + 1, "restarts"), "", std::to_string(restarts));
+  if (survivors) {
+    store_->compare_set(key(round + 1, "survivors_expected"), "", std::to_string(*survivors));
+  }
   store_->compare_set("round", std::to_string(round), std::to_string(round + 1));
 }
 

@@ -45,7 +45,7 @@ class StoreRendezvous : public Rendezvous {
   std::vector<int64_t> beats(int round, int nodes) override;
   std::string node_host(int round, int group_rank) override;
   int nodes_waiting(int round) override;
-  void advance(int round, int restarts) override;
+  void advance(int round, int restarts, std::optional<int> survivors) override;
   std::optional<FailureReport> finish(int round, int nodes) override;
   void linger_until_settled(int round, int nodes) override;
   void linger_until_stopped(int round, int nodes) override;
@@ -54,6 +54,12 @@ class StoreRendezvous : public Rendezvous {
 
  private:
   NodeAssignment try_join(int round, std::chrono::steady_clock::time_point deadline, bool& late);
+  // Until the round closes: at the maximum node count; once the survivors of a loss are all in
+  // (advance's `survivors`); or last_call_timeout after the minimum was reached.
+  void wait_until_closed(int round, std::chrono::steady_clock::time_point start,
+                         std::chrono::steady_clock::time_point deadline);
+  // Whether the round's survivors of the previous one number `expected` (> 0) yet.
+  bool survivors_in(int round, int expected, int joined);
   // The round's first joiner: orders the `closed` members and writes each one's place (or the
   // round's configuration error) under round<R>/place/<join index>.
   void assign_places(int round, int closed);
@@ -103,6 +109,7 @@ class StoreRendezvous : public Rendezvous {
   std::string store_host_;
   int store_port_ = 0;
   int preferred_rank_ = -1;  // group rank from the previous round, for nodes without a rank
+  int last_round_ = -1;      // the last round this node had a place in
 };
 
 }  // namespace ddprun

@@ -181,10 +181,10 @@ def accuracy(text):
     return float(found[-1]) if found else None
 
 
-def agent_args(ddprun, train_mnist, pods, ckpt, nnodes, restarts=0):
+def agent_args(ddprun, train_mnist, pods, ckpt, nnodes, restarts=0, last_call=1):
     return [ddprun, "--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"{pods.ip(0)}:29400", "--rdzv-id", "elastic",
-            "--rdzv-conf", "last_call_timeout=1", "--monitor-interval", "0.1",
+            "--rdzv-conf", f"last_call_timeout={last_call}", "--monitor-interval", "0.1",
             "--max-restarts", str(restarts), train_mnist, "--checkpoint-dir", ckpt,
             "--checkpoint-every", "20"] + TRAIN_ARGS
 
@@ -217,9 +217,9 @@ def main():
     work = tempfile.mkdtemp(prefix="ddp-elastic-")
     agents = []
     try:
-        def start(pods, i, name, ckpt, nnodes, restarts=0):
-            a = Agent(pods, i, agent_args(args.ddprun, args.train_mnist, pods, ckpt, nnodes, restarts),
-                      work, name)
+        def start(pods, i, name, ckpt, nnodes, restarts=0, last_call=1):
+            a = Agent(pods, i, agent_args(args.ddprun, args.train_mnist, pods, ckpt, nnodes, restarts,
+                                          last_call), work, name)
             agents.append(a)
             return a
 
@@ -263,9 +263,10 @@ def main():
             ckpt = os.path.join(work, "shrink")
             # Pod 1 starts first and waits for the store on pod 0, so it reaches the store
             # first: the ranks must follow the pod names all the same (member_order.h).
-            second = start(pods, 1, "shrink-pod1", ckpt, "1:2")
+            # A last call of 600 s, longer than every wait below: a loss must not wait for it.
+            second = start(pods, 1, "shrink-pod1", ckpt, "1:2", last_call=600)
             time.sleep(2.0)
-            first = start(pods, 0, "shrink-pod0", ckpt, "1:2")
+            first = start(pods, 0, "shrink-pod0", ckpt, "1:2", last_call=600)
             together = first.wait_for(r"epoch 1/3 step 40/", 180)
             check("shrink: both pods train as one group of 2 nodes, pod 0 as node 0 though pod 1 "
                   "reached the store first",
@@ -282,9 +283,10 @@ def main():
                   f"exit {left}: {second.output()[-300:]}")
             check("shrink: pod 0 goes on alone and finishes with --max-restarts 0", code == 0,
                   f"exit {code}: {out0[-600:]}")
-            check("shrink: round 1 has 1 node, no restart used",
+            check("shrink: round 1 has 1 node, no restart used, and closed without the last call",
                   "round 1: node 0 of 1, ranks 0..0 of 1" in out0 and "ended for a change of members" in out0
-                  and "restarting the group" not in out0,
+                  and "restarting the group" not in out0
+                  and "round 1: every node that survived round 0 is in (1 survivors, 1 nodes)" in out0,
                   " | ".join(l for l in out0.splitlines() if "round" in l)[:600])
             check("shrink: the 1-node round resumed the epoch where the 2 nodes stopped",
                   re.search(r"checkpoint was written by 2 ranks, this run has 1: the epoch goes on from "
@@ -298,8 +300,8 @@ def main():
         # without using a restart, and finish from the last checkpoint.
         with Pods(2) as pods:
             ckpt = os.path.join(work, "vanish")
-            first = start(pods, 0, "vanish-pod0", ckpt, "1:2")
-            start(pods, 1, "vanish-pod1", ckpt, "1:2")
+            first = start(pods, 0, "vanish-pod0", ckpt, "1:2", last_call=600)
+            start(pods, 1, "vanish-pod1", ckpt, "1:2", last_call=600)
             together = first.wait_for(r"epoch 1/3 step 60/", 180)
             check("vanish: both pods train as one group of 2 nodes", together, first.output()[-300:])
             stranded = pods.vanish(1)
@@ -322,6 +324,7 @@ def main():
             check("vanish: pod 0 goes on alone with --max-restarts 0, from its last checkpoint, and finishes",
                   code == 0 and "restarting the group" not in out0
                   and "round 1: node 0 of 1, ranks 0..0 of 1" in out0
+                  and "round 1: every node that survived round 0 is in" in out0
                   and re.search(r"resumed from \S+checkpoint-", out0) is not None,
                   f"exit {code}: {out0[-500:]}")
     finally:
