@@ -19,6 +19,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from c10d_exit import leave
+
 
 def tx_bytes(iface):
     if not iface:
@@ -98,17 +100,6 @@ def main():
                   f"{sent // ops if link else -1}", flush=True)
     dist.barrier()
     leave()
-
-
-def leave():
-    """Exits once the figures are out, without tearing the process group down: torch 2.6's
-    ProcessGroupGloo destructor joins its worker threads holding the GIL, and a worker still
-    freeing a finished op's tensor whose Python object died waits for the GIL: a deadlock
-    (pytorch#56297; pytorch#154976 releases the GIL there from torch 2.8). 2 pods x 2 ranks
-    met it in 4 of about 45 runs of c10d gloo, rank 0 stuck in destroy_process_group."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":

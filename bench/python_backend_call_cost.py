@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 import ddprun_torch
+from c10d_exit import leave
 from ddprun_torch import _capi
 
 ROUNDS, CALLS = 7, 200
@@ -69,10 +70,7 @@ def main():
                   f"{med['ddprun'] - med['capi']:>16.1f} {med['gloo'] / med['ddprun']:>11.2f}x",
                   flush=True)
     dist.barrier()
-    # No destroy_process_group: torch 2.6's gloo teardown can deadlock on the GIL (pytorch#56297,
-    # fixed in 2.8); see bench/pod_allreduce_c10d.py, leave().
-    sys.stdout.flush()
-    os._exit(0)
+    leave()  # not destroy_process_group: torch 2.6's gloo teardown can deadlock (c10d_exit.py)
 
 
 main()

@@ -19,7 +19,6 @@ import json
 import math
 import os
 import resource
-import sys
 import time
 
 import numpy as np
@@ -169,11 +168,7 @@ def main():
     dist.all_gather_object(peaks, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     log("end", status="completed", step=step, peak_rss_mib_per_rank=peaks)
     dist.barrier()
-    # No destroy_process_group: torch 2.6's gloo teardown can deadlock on the GIL (pytorch#56297,
-    # fixed in 2.8); see bench/pod_allreduce_c10d.py, leave().
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave()  # not destroy_process_group: torch 2.6's gloo teardown can deadlock (c10d_exit.py)
 
 
 if __name__ == "__main__":
