@@ -359,10 +359,10 @@ std::optional<FailureReport> Agent::exit_barrier(Rendezvous& rendezvous,
 
 namespace {
 
-// How many of the round's nodes remain after a loss (a node lost, or one that left): one fewer.
-// A join is growth: none, and the next round waits for its last call.
+// How many of the round's nodes remain after a loss (FailureReport::is_loss): one fewer. A join
+// is growth: none, and the next round waits for its last call.
 std::optional<int> survivors_after(const FailureReport& cause, const NodeAssignment& node) {
-  if (cause.kind == "lost" || cause.kind == "agent") return node.group_world_size - 1;
+  if (cause.is_loss()) return node.group_world_size - 1;
   return std::nullopt;
 }
 

@@ -30,9 +30,9 @@ bool FailureReport::is_consequence() const {
   return kind == "worker" && signal == 0 && exit_code == ddp::exit_code::kComm;
 }
 
-bool FailureReport::is_membership_change() const {
-  return kind == "membership" || kind == "lost" || (kind == "agent" && signal != 0);
-}
+bool FailureReport::is_membership_change() const { return kind == "membership" || is_loss(); }
+
+bool FailureReport::is_loss() const { return kind == "lost" || (kind == "agent" && signal != 0); }
 
 std::string FailureReport::to_json() const {
   json j = {{"kind", kind},

@@ -34,6 +34,8 @@ struct FailureReport {
   // stopped). In an elastic job (--nnodes MIN:MAX) such a round ends without a failure: the group
   // moves to the next round with the nodes it then has, and no restart is used.
   bool is_membership_change() const;
+  // The shrinking kinds of those: a node that left because it was asked to, or was lost.
+  bool is_loss() const;
 
   std::string to_json() const;
   static FailureReport from_json(const std::string& text);

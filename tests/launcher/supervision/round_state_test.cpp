@@ -1,5 +1,5 @@
-// The supervisor's round state machine (launcher/supervision/round_state.h): one test per transition, on a
-// clock the test moves by hand.
+// The supervisor's round state machine (launcher/supervision/round_state.h): one test per
+// transition, on a clock the test moves by hand.
 #include "supervision/round_state.h"
 
 #include <csignal>
@@ -239,11 +239,15 @@ TEST(AfterRound, AFailureRestartsWhileRestartsAreLeftThenGivesUp) {
 TEST(AfterRound, MembershipChangesMoveAnElasticGroupOnWithoutARestart) {
   for (const char* kind : {"membership", "agent", "lost"}) {
     const auto changed = outcome_of(RoundOutcome::Kind::kFailed, kind);
+    // A node that left or was lost shrinks the group (its next round waits for no last call);
+    // one waiting to join grows it.
+    EXPECT_EQ(changed.root_cause->is_loss(), std::string(kind) != "membership") << kind;
     EXPECT_EQ(decide_after_round(changed, true, 0, 0), AfterRound::kNextRound) << kind;
     // A job of a fixed size treats them as failures.
     EXPECT_EQ(decide_after_round(changed, false, 0, 0), AfterRound::kGiveUp) << kind;
     EXPECT_EQ(decide_after_round(changed, false, 0, 2), AfterRound::kRestart) << kind;
   }
+  EXPECT_FALSE(outcome_of(RoundOutcome::Kind::kFailed).root_cause->is_loss());  // a worker's
 }
 
 }  // namespace
