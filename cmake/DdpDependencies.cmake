@@ -26,6 +26,13 @@ find_path(DDP_CURL_INCLUDE_DIR curl/curl.h)
 if(NOT DDP_CURL_INCLUDE_DIR)
   message(FATAL_ERROR "curl/curl.h not found: install libcurl4-openssl-dev (scripts/install-deps)")
 endif()
+# The join handshake's HMAC-SHA256 and nonces (lib/src/store/join_auth.cpp): libcrypto, shared
+# for the library, and its static archive for ddprun, which needs nothing but glibc.
+find_package(OpenSSL 3 REQUIRED COMPONENTS Crypto)
+find_library(DDP_LIBCRYPTO_STATIC NAMES libcrypto.a)
+if(NOT DDP_LIBCRYPTO_STATIC)
+  message(FATAL_ERROR "libcrypto.a not found: install libssl-dev (scripts/install-deps)")
+endif()
 if(DDP_WITH_FABRIC)
   find_package(PkgConfig REQUIRED)
   pkg_check_modules(LIBFABRIC REQUIRED IMPORTED_TARGET libfabric)

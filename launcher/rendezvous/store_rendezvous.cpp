@@ -22,6 +22,7 @@
 #include "ddp/net/local_address.h"
 #include "ddp/net/tcp_probe.h"
 #include "ddp/store.h"
+#include "ddp/store_server.h"
 #include "rendezvous/member_order.h"
 
 namespace ddprun {
@@ -112,9 +113,14 @@ StoreRendezvous::StoreRendezvous(const LaunchConfig& config, const HostFacts& ho
 
 bool StoreRendezvous::try_host() {
   try {
-    server_ =
-        ddp::Store::host(config_.store_port, config_.rdzv.read_timeout, config_.rdzv.join_token);
+    ddp::StoreServerOptions options;
+    options.port = config_.store_port;
+    options.join_token = config_.rdzv.join_token;
+    agents_server_ = std::make_shared<ddp::StoreServer>(options);
+    server_ = ddp::Store::connect("127.0.0.1", agents_server_->port(), config_.rdzv.read_timeout,
+                                  {std::nullopt, ddp::StoreProtocol::kModern});
   } catch (const ddp::StoreError& e) {
+    agents_server_.reset();
     if (!may_host_) {
       throw ddp::StoreError(std::string(e.what()) +
                             "; is another job using this port? choose another --master-port");
@@ -127,7 +133,7 @@ bool StoreRendezvous::try_host() {
     return false;
   }
   hosts_store_ = true;
-  store_port_ = server_->port();
+  store_port_ = agents_server_->port();
   store_ = server_->with_prefix("ddprun/" + config_.run_id);
   ddp::log::info("serving the rendezvous store on port {}", store_port_);
   return true;
@@ -287,6 +293,7 @@ NodeAssignment StoreRendezvous::join() {
     NodeAssignment node = try_join(round, deadline, late);
     if (!late) {
       node.restarts = restarts_before(round);
+      admit_round_members(round);
       settle_worker_store(node);
       return node;
     }
@@ -329,10 +336,12 @@ void StoreRendezvous::assign_places(int round, int closed) {
     member_keys.push_back(key(round, "member/" + std::to_string(i)));
   const std::vector<std::string> records = store_->multi_get(member_keys);
   std::vector<RoundMember> members;
+  std::vector<std::string> address_of(static_cast<std::size_t>(closed) + 1);  // by join index
   for (int i = 1; i <= closed; ++i) {
     const json j = json::parse(records[static_cast<std::size_t>(i - 1)]);
     members.push_back({i, j.value("node_rank", -1), j.value("preferred", -1), j.value("nproc", 1),
                        j.value("host", "")});
+    address_of[static_cast<std::size_t>(i)] = j.value("address", "");
   }
   std::vector<std::string> place_keys;
   for (int i = 1; i <= closed; ++i) place_keys.push_back(key(round, "place/" + std::to_string(i)));
@@ -351,9 +360,16 @@ void StoreRendezvous::assign_places(int round, int closed) {
   }
   order_members(members);  // member_order.h
   int world_size = 0;
-  for (const RoundMember& m : members) world_size += m.nproc;
+  json addresses = json::array();
+  for (const RoundMember& m : members) {
+    world_size += m.nproc;
+    addresses.push_back(address_of[static_cast<std::size_t>(m.join_index)]);
+  }
   std::vector<std::string> places(place_keys.size());
   int offset = 0;
+  // The members' agents' addresses by group rank: the store's host admits their workers.
+  place_keys.push_back(key(round, "addresses"));
+  places.push_back(addresses.dump());
   for (int g = 0; g < closed; ++g) {
     const RoundMember& m = members[static_cast<std::size_t>(g)];
     places[static_cast<std::size_t>(m.join_index - 1)] =
@@ -433,7 +449,8 @@ NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, 
   json me = {{"node_rank", config_.node_rank.value_or(-1)},
              {"preferred", preferred_rank_},
              {"nproc", config_.nproc_per_node},
-             {"host", config_.local_addr.empty() ? host_.hostname : config_.local_addr}};
+             {"host", config_.local_addr.empty() ? host_.hostname : config_.local_addr},
+             {"address", store_->seen_as()}};
   store_->set(key(round, "member/" + std::to_string(index)), me.dump());
   if (index == config_.max_nodes)
     store_->compare_set(key(round, "closed"), "", std::to_string(index));
@@ -523,7 +540,32 @@ void StoreRendezvous::revise_failure(int round, const FailureReport& before,
   store_->compare_set(key(round, "failure"), before.to_json(), after.to_json());
 }
 
+void StoreRendezvous::admit_round_members(int round) {
+  if (!agents_server_ || config_.rdzv.join_token.empty()) return;
+  // Written with the places, which this node has read: there already.
+  member_addresses_ =
+      json::parse(store_->get(key(round, "addresses"))).get<std::vector<std::string>>();
+  std::vector<std::string> admitted;
+  for (const std::string& a : member_addresses_) {
+    if (!a.empty()) admitted.push_back(a);
+  }
+  agents_server_->admit_members(admitted);
+  ddp::log::debug("the store admits the workers of round {}'s members: {}", round,
+                  json(admitted).dump());
+}
+
 void StoreRendezvous::stand_in_for_lost(int round, int group_rank) {
+  // The lost node's workers lose their admission on the agents' store at once (a pod that
+  // takes over its address is not one of them), unless a member that remains shares it.
+  const auto g = static_cast<std::size_t>(group_rank);
+  if (agents_server_ && g < member_addresses_.size() && !member_addresses_[g].empty()) {
+    member_addresses_[g].clear();
+    std::vector<std::string> admitted;
+    for (const std::string& a : member_addresses_) {
+      if (!a.empty()) admitted.push_back(a);
+    }
+    agents_server_->admit_members(admitted);
+  }
   if (store_->add(key(round, "lost/" + std::to_string(group_rank)), 1) != 1) return;
   store_->add(key(round, "stopped"), 1);
   store_->add(key(round, "settled"), 1);

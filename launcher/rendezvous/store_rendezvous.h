@@ -7,12 +7,14 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "rendezvous/rendezvous.h"
 
 namespace ddp {
 class Store;
-}
+class StoreServer;
+}  // namespace ddp
 
 namespace ddprun {
 
@@ -71,6 +73,9 @@ class StoreRendezvous : public Rendezvous {
   // The round's node 0 serves the round's workers a fresh store (or picks worker rank 0's port);
   // every node learns where.
   void settle_worker_store(const NodeAssignment& node);
+  // On the store's host: from now on the agents' store admits by address only the workers of
+  // the round's members that are not lost (their agents' addresses as the store saw them).
+  void admit_round_members(int round);
   // Closes this node's round's workers' store and its connection to node 0's.
   void release_worker_store();
   // Where node 0's workers' store is reached: MASTER_ADDR.
@@ -94,8 +99,10 @@ class StoreRendezvous : public Rendezvous {
   const HostFacts& host_;
   std::function<void()> poll_interrupt_;
   std::function<void()> on_wait_;
-  std::shared_ptr<ddp::Store> server_;  // kept alive on the hosting node
-  std::shared_ptr<ddp::Store> store_;   // this agent's view, prefixed by the run id
+  std::shared_ptr<ddp::StoreServer> agents_server_;  // the agents' store, on its host
+  std::shared_ptr<ddp::Store> server_;               // its host's client of it
+  std::vector<std::string> member_addresses_;  // the round's, by group rank ("": lost or local)
+  std::shared_ptr<ddp::Store> store_;          // this agent's view, prefixed by the run id
   bool hosts_store_ = false;
   bool may_host_ = false;  // c10d on the endpoint's machine, no rank or is_host naming it
   bool said_not_host_ = false;

@@ -432,7 +432,8 @@ inline constexpr Setting kRdzvTokenFile{
     "",
     "ddprun",
     "The file holding the job's join token, as --rdzv-conf token_file= (which wins): agents "
-    "present it, and the store admits no other address without it."};
+    "prove they hold it (an HMAC challenge-response: the token never crosses the network), and "
+    "the store admits workers only from the current round's members' addresses."};
 inline constexpr Setting kTorchLib{
     "DDPRUN_TORCH_LIB",
     Type::kText,

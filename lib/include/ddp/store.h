@@ -112,6 +112,9 @@ class Store {
   const std::string& prefix() const { return prefix_; }
   const std::string& endpoint_host() const;
   int port() const;
+  // The address the server saw this client connect from, as it answered the join handshake
+  // (an agent's, with a join token); "" when none was run.
+  std::string seen_as() const;
   std::chrono::milliseconds timeout() const;
   // The protocol this client speaks with its server (never kAuto); kModern for etcd, which
   // speaks none of them (see backend_name()).

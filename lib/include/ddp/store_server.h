@@ -9,14 +9,22 @@
 // limits closes that connection only (with a log line naming the peer), and a client that does
 // not read its answers stops being read, so no client makes the server allocate without bound.
 //
-// Join authentication: with a join token, a connection from an address that is neither this
-// host's nor that of an agent that presented the token may only open the protocol (VALIDATE,
-// PING, GETNUMKEYS) and present the token; anything else is refused and the connection closed.
-// An agent presents it with a COMPARE_SET of kJoinKey (see ddp::Store's join_token option).
+// Join authentication, with a join token:
+// - An agent proves it holds the token by a challenge–response over HMAC-SHA256 on kJoinKey
+//   (src/store/join_auth.h): fresh nonces on both sides, so nothing on the wire can be replayed,
+//   and the token never crosses it. The store proves it too.
+// - Workers speak plain c10d and are admitted by their address: this host's own, and an address
+//   from which an admitted agent is connected now. Once the agents named the round's members
+//   (admit_members), only those of the members. So a node that leaves (its agent's connections
+//   close) or is dropped from the members takes its admission with it, and a recycled address
+//   is not admitted. Connections already open stay so.
+// - A connection that is not admitted may only open the protocol (VALIDATE, PING, GETNUMKEYS)
+//   and run the handshake; anything else is refused and the connection closed.
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ddp {
 
@@ -36,12 +44,14 @@ struct StoreServerStats {
   uint64_t refused = 0;          // connections closed for lacking the join token
   uint64_t protocol_errors = 0;  // connections closed for a malformed or oversized request
   uint64_t open = 0;             // connections open now
+  uint64_t agents = 0;           // of those, agents admitted by the join token
 };
 
 class StoreServer {
  public:
-  // The key an agent's COMPARE_SET presents the token on (expected: the token, desired: "").
-  // The answer is "ok" (admitted), "open" (this server checks no token) or "refused: <why>".
+  // The key an agent's COMPARE_SET runs the join handshake on (expected: the message, desired:
+  // ""). The last answer is "ok <address>" (admitted; the agent's address as this server sees
+  // it), "open" (this server checks no token) or "refused: <why>".
   static constexpr const char* kJoinKey = "__ddprun_join_token__";
 
   // Binds (IPv6 dual-stack, else IPv4) and starts serving. Throws StoreError when the port is
@@ -53,6 +63,10 @@ class StoreServer {
 
   int port() const;
   StoreServerStats stats() const;
+  // The addresses ("ok <address>" of each member's agent) whose workers are admitted from now on,
+  // replacing the previous set: a round's members, named by the agent that hosts the store.
+  // Before the first call, any address an admitted agent is connected from. Thread-safe.
+  void admit_members(const std::vector<std::string>& addresses);
 
  private:
   struct Impl;

@@ -191,6 +191,12 @@ void StoreServer::Impl::close_conn(uint64_t id) {
     w->second.erase(std::remove(w->second.begin(), w->second.end(), id), w->second.end());
     if (w->second.empty()) watchers.erase(w);
   }
+  if (c.agent) {
+    // An agent's address stays admitted while another of its connections is open.
+    auto a = agent_ips.find(c.peer_ip);
+    if (a != agent_ips.end() && --a->second <= 0) agent_ips.erase(a);
+    --agents;
+  }
   epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.fd, nullptr);
   close(c.fd);
   conns.erase(it);
@@ -202,6 +208,13 @@ void StoreServer::Impl::close_conn(uint64_t id) {
     epoll_ctl(epoll_fd, EPOLL_CTL_MOD, listen_fd, &ev);
     listener_paused = false;
   }
+}
+
+bool StoreServer::Impl::address_admitted(const std::string& ip) {
+  if (local_ips.count(ip) != 0 || (options.admit_local && is_loopback(ip))) return true;
+  if (agent_ips.count(ip) == 0) return false;
+  std::lock_guard<std::mutex> lock(members_mu);
+  return !members || members->count(ip) != 0;
 }
 
 void StoreServer::Impl::clear_wait(uint64_t id, Connection& c) {
@@ -250,8 +263,7 @@ void StoreServer::Impl::accept_all() {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    c.admitted = options.join_token.empty() || admitted_ips.count(c.peer_ip) != 0 ||
-                 (options.admit_local && is_loopback(c.peer_ip));
+    c.admitted = options.join_token.empty() || address_admitted(c.peer_ip);
     const uint64_t id = next_id++;
     epoll_event ev{};
     ev.data.u64 = id;
@@ -393,7 +405,7 @@ StoreServer::StoreServer(const StoreServerOptions& options)
   epoll_ctl(s.epoll_fd, EPOLL_CTL_ADD, s.listen_fd, &ev);
   ev.data.u64 = kWakeId;
   epoll_ctl(s.epoll_fd, EPOLL_CTL_ADD, s.wake_fd, &ev);
-  if (!options.join_token.empty() && options.admit_local) s.admitted_ips = local_addresses();
+  if (!options.join_token.empty() && options.admit_local) s.local_ips = local_addresses();
   // Leave the process (the agent: its pipes, its workers) descriptors of its own.
   rlimit lim{};
   if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
@@ -420,7 +432,12 @@ int StoreServer::port() const { return impl_->port; }
 
 StoreServerStats StoreServer::stats() const {
   return {impl_->accepted.load(), impl_->refused.load(), impl_->protocol_errors.load(),
-          impl_->open.load()};
+          impl_->open.load(), impl_->agents.load()};
+}
+
+void StoreServer::admit_members(const std::vector<std::string>& addresses) {
+  std::lock_guard<std::mutex> lock(impl_->members_mu);
+  impl_->members.emplace(addresses.begin(), addresses.end());
 }
 
 }  // namespace ddp

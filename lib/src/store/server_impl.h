@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,7 +25,10 @@ struct Connection {
   std::string peer_ip;
   std::optional<Dialect> dialect;
   bool admitted = false;
-  bool closing = false;  // close once `out` is flushed; read nothing more
+  bool agent = false;       // admitted by proving the join token (join_auth.h)
+  std::string agent_nonce;  // the join handshake in progress: the agent's nonce
+  std::string store_nonce;  // and the one this server answered it with
+  bool closing = false;     // close once `out` is flushed; read nothing more
   std::string in;
   std::size_t in_pos = 0;  // requests before it are served
   std::size_t need = 0;    // bytes `in` must hold before the next request can be complete
@@ -68,7 +72,13 @@ struct StoreServer::Impl {
   int wake_fd = -1;
   int port = 0;
   std::thread loop;
-  std::unordered_set<std::string> admitted_ips;
+  // Admission by address (with a join token): this host's own addresses, and those an agent
+  // that proved the token is connected from (open connections per address), less any that are
+  // not among the members the agents last named (admit_members; nullopt: not named yet).
+  std::unordered_set<std::string> local_ips;
+  std::unordered_map<std::string, int> agent_ips;
+  std::mutex members_mu;
+  std::optional<std::unordered_set<std::string>> members;
 
   std::unordered_map<uint64_t, Connection> conns;
   uint64_t next_id = 2;
@@ -80,7 +90,7 @@ struct StoreServer::Impl {
   store::Limits unadmitted_limits{256, 4096, 0};
   bool listener_paused = false;  // out of file descriptors: accept again once one closes
 
-  std::atomic<uint64_t> accepted{0}, refused{0}, protocol_errors{0}, open{0};
+  std::atomic<uint64_t> accepted{0}, refused{0}, protocol_errors{0}, open{0}, agents{0};
 
   explicit Impl(const StoreServerOptions& o) : options(o) {
     limits.max_key = o.max_key_bytes;
@@ -98,6 +108,8 @@ struct StoreServer::Impl {
   void update_interest(uint64_t id, Connection& c);
   void send(uint64_t id, Connection& c, std::string bytes);
   void clear_wait(uint64_t id, Connection& c);
+  // Whether a connection from `ip` is admitted without proving the token (a worker's).
+  bool address_admitted(const std::string& ip);
 
   // ---- server_queries.cpp: the keys and the queries ----
   // Parses and serves one request from the front of c.in: the bytes it used, 0 if incomplete.
@@ -135,7 +147,12 @@ struct StoreServer::Impl {
   void changed(const std::string& key, uint8_t watch_type, const std::string& old_value,
                const std::string& new_value);
   void wake_one(const std::string& key);
-  std::string join(Connection& c, const std::string& token);
+  // The join handshake (join_auth.h): the answer to what an agent presented on kJoinKey.
+  std::string join(Connection& c, const std::string& presented);
+  std::string challenge(Connection& c, std::string_view agent_nonce);
+  std::string check_proof(Connection& c, std::string_view proof);
+  // Refuses the handshake (a log line naming the peer; the connection closes): the answer.
+  std::string refuse_join(Connection& c, const std::string& why);
   // Closes a connection that is not admitted (after a log line); returns `unread`.
   std::size_t refuse(Connection& c, store::Op op, std::size_t unread);
 };

@@ -8,6 +8,7 @@
 #include "ddp/error.h"
 #include "ddp/log.h"
 #include "store/c10d.h"
+#include "store/join_auth.h"
 #include "store/server_impl.h"
 #include "store/wire.h"
 
@@ -21,16 +22,6 @@ using store::Query;
 using store::Reader;
 using store::Served;
 using store::Writer;
-
-// Compares without an early exit, so the time taken tells nothing of the token but its length.
-bool same_token(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
-  }
-  return diff == 0;
-}
 
 // The dialect a connection speaks, from its first bytes; nullopt until enough have arrived.
 std::optional<Dialect> dialect_of(std::string_view in) {
@@ -445,25 +436,63 @@ void StoreServer::Impl::wake_one(const std::string& key) {
   if (w != waiting.end()) waiting.erase(w);
 }
 
-std::string StoreServer::Impl::join(Connection& c, const std::string& token) {
+namespace {
+namespace ja = store::join_auth;
+constexpr const char* kWrongToken =
+    "wrong join token; give every agent of the job the same --rdzv-conf token_file";
+}  // namespace
+
+std::string StoreServer::Impl::join(Connection& c, const std::string& presented) {
   if (options.join_token.empty()) return "open";
-  if (!same_token(token, options.join_token)) {
-    ++refused;
-    ddp::log::warn(
-        "rendezvous store: refused {}: {} join token; every agent of the job needs the same "
-        "--rdzv-conf token_file",
-        c.peer, token.empty() ? "no" : "a wrong");
-    c.closing = true;
-    return token.empty() ? "refused: this job requires a join token (--rdzv-conf token_file or "
-                           "DDPRUN_RDZV_TOKEN_FILE)"
-                         : "refused: wrong join token; give every agent of the job the same "
-                           "--rdzv-conf token_file";
+  const std::string_view text(presented);
+  if (text.substr(0, ja::kHello.size()) == ja::kHello) {
+    return challenge(c, text.substr(ja::kHello.size()));
   }
-  if (!c.admitted) {
-    c.admitted = true;
-    admitted_ips.insert(c.peer_ip);
+  if (text.substr(0, ja::kProof.size()) == ja::kProof) {
+    return check_proof(c, text.substr(ja::kProof.size()));
   }
-  return "ok";
+  if (presented.empty()) {
+    return refuse_join(c,
+                       "this job requires a join token (--rdzv-conf token_file or "
+                       "DDPRUN_RDZV_TOKEN_FILE)");
+  }
+  // An older ddprun sends the token itself; this store never takes it so, right or wrong.
+  return refuse_join(c,
+                     "the agent sent its join token in clear, as an older ddprun does; this "
+                     "store admits agents only by challenge-response: run one ddprun version on "
+                     "every node");
+}
+
+std::string StoreServer::Impl::challenge(Connection& c, std::string_view agent_nonce) {
+  if (!c.store_nonce.empty() || c.agent) {
+    return refuse_join(c, "a second join handshake on one connection");
+  }
+  if (!ja::is_nonce(agent_nonce)) return refuse_join(c, "a malformed join handshake (its nonce)");
+  c.agent_nonce = agent_nonce;
+  c.store_nonce = ja::nonce();
+  return std::string(ja::kChallenge) + c.store_nonce + " " +
+         ja::store_proof(options.join_token, c.agent_nonce, c.store_nonce);
+}
+
+std::string StoreServer::Impl::check_proof(Connection& c, std::string_view proof) {
+  if (c.store_nonce.empty()) return refuse_join(c, "a join proof without a challenge");
+  const std::string expected = ja::agent_proof(options.join_token, c.store_nonce, c.agent_nonce);
+  // One attempt per challenge: the nonces are spent whatever the outcome.
+  c.store_nonce.clear();
+  c.agent_nonce.clear();
+  if (!ja::same(proof, expected)) return refuse_join(c, kWrongToken);
+  c.agent = true;
+  c.admitted = true;
+  ++agent_ips[c.peer_ip];
+  ++agents;
+  return "ok " + c.peer_ip;
+}
+
+std::string StoreServer::Impl::refuse_join(Connection& c, const std::string& why) {
+  ++refused;
+  ddp::log::warn("rendezvous store: refused {}: {}", c.peer, why);
+  c.closing = true;
+  return "refused: " + why;
 }
 
 std::size_t StoreServer::Impl::refuse(Connection& c, Op op, std::size_t unread) {

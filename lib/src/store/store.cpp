@@ -152,6 +152,7 @@ std::shared_ptr<Store> Store::with_prefix(const std::string& prefix) const {
 
 const std::string& Store::endpoint_host() const { return backend_->endpoint_host(); }
 int Store::port() const { return backend_->port(); }
+std::string Store::seen_as() const { return backend_->seen_as(); }
 milliseconds Store::timeout() const { return backend_->timeout(); }
 StoreProtocol Store::protocol() const { return backend_->protocol(); }
 const char* Store::backend_name() const { return backend_->name(); }

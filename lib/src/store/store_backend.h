@@ -43,6 +43,9 @@ class StoreBackend {
   virtual std::vector<std::string> list_keys(const std::string& prefix);
 
   virtual const std::string& endpoint_host() const = 0;
+  // The address the server saw this client connect from, as it answered the join handshake;
+  // "" when none was run (no token, or a store that is not a c10d server).
+  virtual std::string seen_as() const { return ""; }
   virtual int port() const = 0;
   // How long one request may take.
   virtual std::chrono::milliseconds timeout() const = 0;

@@ -17,6 +17,7 @@
 #include "ddp/log.h"
 #include "ddp/net/tcp_probe.h"
 #include "ddp/settings.h"
+#include "store/join_auth.h"
 #include "store/wire.h"
 
 namespace ddp::detail {
@@ -120,6 +121,7 @@ struct TcpStoreBackend::Impl {
   StoreProtocol wanted = StoreProtocol::kAuto;
   // Legacy dialect: whether the server is 2.0 (APPEND, MULTI_GET/SET, CANCEL_WAIT), not 1.13.
   std::optional<bool> legacy_extensions;
+  std::string seen_as;  // the address the server answered the join handshake with
 
   ~Impl() { drop(); }
 
@@ -193,20 +195,63 @@ struct TcpStoreBackend::Impl {
     return Dialect::kModern;
   }
 
-  void present_token(Clock::time_point deadline) {
+  // One COMPARE_SET on kJoinKey carrying `message`: the server's answer.
+  std::string join_step(const std::string& message, Clock::time_point deadline) {
     store::Writer w;
     w.u8(*store::encode_op(dialect, Op::kCompareSet))
         .bytes(store::kJoinKey)
-        .bytes(*options.join_token)
+        .bytes(message)
         .bytes("");
     write_all(fd, w.data(), deadline);
-    std::string answer = read_bytes(deadline);
-    if (answer == "ok" || (answer == "open" && options.join_token->empty())) return;
+    return read_bytes(deadline);
+  }
+
+  // The join handshake (store/join_auth.h): proves the token without sending it, and checks
+  // that the store knows it too. No token (""): presents "" in clear, for an open store.
+  void present_token(Clock::time_point deadline) {
+    namespace ja = store::join_auth;
+    const std::string& token = *options.join_token;
+    if (token.empty()) {
+      const std::string answer = join_step("", deadline);
+      if (answer != "open") refused_by(answer);
+      return;
+    }
+    const std::string agent_nonce = ja::nonce();
+    const std::string answer = join_step(std::string(ja::kHello) + agent_nonce, deadline);
+    const auto challenge = ja::parse_challenge(answer);
+    if (!challenge) refused_by(answer);
+    const bool store_knows =
+        ja::same(challenge->proof, ja::store_proof(token, agent_nonce, challenge->store_nonce));
+    // The proof goes even to a store that failed its own, which then refuses it and logs who.
+    const std::string verdict = join_step(
+        std::string(ja::kProof) + ja::agent_proof(token, challenge->store_nonce, agent_nonce),
+        deadline);
+    if (!store_knows) {
+      drop();
+      throw JoinRefusedError("the rendezvous store at " + where() +
+                             " refused: wrong join token (the store's and this agent's differ; "
+                             "or is it another job's store?); give every agent of the job the "
+                             "same --rdzv-conf token_file");
+    }
+    if (verdict.rfind("ok ", 0) != 0) refused_by(verdict);
+    seen_as = verdict.substr(3);
+  }
+
+  // Every answer but the expected one ends the connection with the reason.
+  [[noreturn]] void refused_by(const std::string& answer) {
     drop();
     if (answer == "open") {
       throw JoinRefusedError("the rendezvous store at " + where() +
                              " checks no join token, but this agent was given one; give node 0 "
                              "the same --rdzv-conf token_file");
+    }
+    if (answer.rfind("refused: wrong join token", 0) == 0 && options.join_token->size() > 0) {
+      // The only answer an older store gives to a handshake it cannot read.
+      throw JoinRefusedError("the rendezvous store at " + where() +
+                             " refused the join handshake: wrong join token, or a store of an "
+                             "older ddprun that takes the token in clear; give every agent the "
+                             "same --rdzv-conf token_file and run one ddprun version on every "
+                             "node");
     }
     if (answer.rfind("refused", 0) == 0) {
       throw JoinRefusedError("the rendezvous store at " + where() + " " + answer);
@@ -503,6 +548,10 @@ std::vector<std::string> TcpStoreBackend::list_keys(const std::string& prefix) {
 }
 
 const std::string& TcpStoreBackend::endpoint_host() const { return impl_->host; }
+std::string TcpStoreBackend::seen_as() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->seen_as;
+}
 int TcpStoreBackend::port() const { return impl_->port; }
 milliseconds TcpStoreBackend::timeout() const { return impl_->timeout; }
 StoreProtocol TcpStoreBackend::protocol() const {

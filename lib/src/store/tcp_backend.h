@@ -40,6 +40,7 @@ class TcpStoreBackend final : public StoreBackend {
   std::vector<std::string> list_keys(const std::string& prefix) override;
 
   const std::string& endpoint_host() const override;
+  std::string seen_as() const override;
   int port() const override;
   std::chrono::milliseconds timeout() const override;
   StoreProtocol protocol() const override;

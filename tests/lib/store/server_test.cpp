@@ -23,6 +23,7 @@
 #include "ddp/error.h"
 #include "ddp/store.h"
 #include "ddp/store_server.h"
+#include "raw_client.h"
 #include "scoped_env.h"
 #include "store/wire.h"
 
@@ -33,73 +34,6 @@ using namespace std::chrono_literals;
 using store::Dialect;
 using store::Op;
 using store::Writer;
-
-// A raw TCP client that speaks whatever bytes it is given.
-class Raw {
- public:
-  explicit Raw(int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  }
-  ~Raw() { close(fd_); }
-  // False when the server has closed the connection.
-  bool send(const std::string& bytes) {
-    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
-           static_cast<ssize_t>(bytes.size());
-  }
-  // n bytes, or "" when the connection closed or nothing came within `limit`.
-  std::string read(std::size_t n, std::chrono::milliseconds limit = 5s) {
-    std::string out(n, '\0');
-    std::size_t got = 0;
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (got < n) {
-      pollfd p{fd_, POLLIN, 0};
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) return "";
-      const ssize_t r = recv(fd_, out.data() + got, n - got, 0);
-      if (r <= 0) return "";
-      got += static_cast<std::size_t>(r);
-    }
-    return out;
-  }
-  void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
-  // Reads (and drops) everything until the server closes the connection; false at `limit`.
-  bool drained_to_eof(std::chrono::milliseconds limit) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    char buf[4096];
-    for (;;) {
-      pollfd p{fd_, POLLIN, 0};
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
-      const ssize_t r = recv(fd_, buf, sizeof(buf), 0);
-      if (r <= 0) return true;
-    }
-  }
-  // Whether the server closed the connection within `limit`.
-  bool closed(std::chrono::milliseconds limit = 5s) {
-    pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(limit.count())) <= 0) return false;
-    char c;
-    return recv(fd_, &c, 1, MSG_PEEK) <= 0;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-uint8_t code(Dialect d, Op op) { return *store::encode_op(d, op); }
-
-std::string validate() {
-  Writer w;
-  w.u8(0).value(store::kValidationMagic);
-  return w.data();
-}
 
 int64_t as_i64(const std::string& bytes) {
   int64_t v = 0;

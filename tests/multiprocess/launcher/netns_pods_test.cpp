@@ -149,7 +149,8 @@ TEST_F(NetnsPods, IndexedJobPodsFindTheirRanksAndTheMaster) {
 
 // With a join token, the store on pod 0 serves only the job's pods: pod 2 plays a pod of another
 // job (or anything else on the pod network) that can reach train-0.train:29500. Its stray agent
-// with a wrong token and its raw torch.distributed client are both refused, and the job runs on.
+// with a wrong token and its raw torch.distributed client are both refused, and the job runs on,
+// while the same raw client on pod 1 (a member) is served.
 TEST_F(NetnsPods, WithAJoinTokenOnlyTheJobsPodsReachTheStore) {
   write_hosts(2, /*with_master=*/true);
   char dir_template[] = "/tmp/ddprun-token-XXXXXX";
@@ -167,19 +168,31 @@ TEST_F(NetnsPods, WithAJoinTokenOnlyTheJobsPodsReachTheStore) {
   ChildProcess pod1(pod_command(1, long_job), env(1, "token"));
   ASSERT_TRUE(pod0.wait_for_output("round 0: node 0 of 2", seconds(60))) << pod0.output();
 
+  // A plain c10d client on pod 1, a member whose agent proved the token, is admitted by its
+  // address (as the agent's handshake showed it to the store); the same from pod 2 is not.
+  const auto raw_client = [&](int pod, const std::string& key) {
+    return ChildProcess({"/usr/sbin/ip", "netns", "exec", pod_ns(pod), "/usr/bin/python3", "-c",
+                         "import datetime, torch.distributed as d\n"
+                         "s = d.TCPStore('train-0.train', 29500, is_master=False,\n"
+                         "               timeout=datetime.timedelta(seconds=10))\n"
+                         "s.set('" +
+                             key +
+                             "', '1')\n"
+                             "print('read', s.get('" +
+                             key + "'))\n"},
+                        {});
+  };
+  ChildProcess member = raw_client(1, "member");
+  EXPECT_EQ(member.wait(seconds(60)), 0) << member.output();
+  EXPECT_NE(member.output().find("read b'1'"), std::string::npos) << member.output();
+
   auto stray_env = env(1, "wrong");  // it claims index 1; its hostname names no master
   stray_env["MASTER_ADDR"] = "train-0.train";
   ChildProcess stray(pod_command(2, long_job), stray_env);
   EXPECT_EQ(stray.wait(seconds(60)), 69) << stray.output();
   EXPECT_NE(stray.output().find("wrong join token"), std::string::npos) << stray.output();
 
-  ChildProcess raw({"/usr/sbin/ip", "netns", "exec", pod_ns(2), "/usr/bin/python3", "-c",
-                    "import datetime, torch.distributed as d\n"
-                    "s = d.TCPStore('train-0.train', 29500, is_master=False,\n"
-                    "               timeout=datetime.timedelta(seconds=10))\n"
-                    "s.set('intruder', '1')\n"
-                    "print('read', s.get('intruder'))\n"},
-                   {});
+  ChildProcess raw = raw_client(2, "intruder");
   EXPECT_NE(raw.wait(seconds(60)), 0) << raw.output();
   EXPECT_EQ(raw.output().find("read"), std::string::npos) << raw.output();
 
