@@ -24,6 +24,7 @@
 #include "rendezvous/heartbeat.h"
 #include "rendezvous/rendezvous.h"
 #include "rendezvous/store_rendezvous.h"
+#include "supervision/change_timeline.h"
 #include "supervision/supervisor.h"
 #include "supervision/worker_process.h"
 
@@ -141,6 +142,11 @@ class Agent {
   // The workers' PYTHONPATH: ddprun's hook first (DDP_PYTHON_HOOK), and ddprun_torch beside
   // this ddprun last, or, with --collectives ddprun, right after the hook.
   void install_python_path();
+  // The change timeline (change_timeline.h): the round that follows a change, agreed; its
+  // workers, started (the line is logged at their first step); the round, over without one.
+  void note_agreed(const NodeAssignment& node);
+  void watch_first_step(Supervisor& supervisor);
+  void note_round_over();
 
   const LaunchConfig& config_;
   const HostFacts& host_;
@@ -155,6 +161,8 @@ class Agent {
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::optional<NodeAssignment> last_node_;    // the round the agent is in, for the events
   std::optional<FailureReport> last_failure_;  // the root cause it ended with
+  // The membership change in progress, until the new world's first step states its timeline.
+  std::optional<ChangeTimeline> change_;
   std::unique_ptr<EventLog> events_;
   std::vector<RankPlacement> placement_;  // --numa-binding's plan, by local rank
   std::optional<PythonHook> hook_;        // DDP_PYTHON_HOOK (python_hook.h)
@@ -297,6 +305,7 @@ int Agent::run() {
       const auto joining = std::chrono::steady_clock::now();
       const NodeAssignment node = rendezvous.join();
       record_rendezvous(node, std::chrono::steady_clock::now() - joining);
+      note_agreed(node);
       ddp::log::info("round {}: node {} of {}, ranks {}..{} of {}", node.round, node.group_rank,
                      node.group_world_size, node.rank_offset,
                      node.rank_offset + config_.nproc_per_node - 1, node.world_size);
@@ -323,8 +332,12 @@ int Agent::run() {
 std::optional<int> Agent::run_round(Supervisor& supervisor, Rendezvous& rendezvous,
                                     const NodeAssignment& node) {
   health_.progress(AgentPhase::kRunning);
-  if (!supervisor.started_for(node)) supervisor.start(node, rendezvous.worker_store());
+  if (!supervisor.started_for(node)) {
+    supervisor.start(node, rendezvous.worker_store());
+    watch_first_step(supervisor);
+  }
   RoundOutcome outcome = supervisor.supervise(node, rendezvous);
+  note_round_over();
   if (outcome.kind != RoundOutcome::Kind::kStoreLost) {
     try {  // this node stops beating: it finished or stopped, it is not lost (heartbeat.h)
       rendezvous.beat(node.round, node.group_rank, HeartbeatMonitor::kFinished);
@@ -382,6 +395,9 @@ std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment
     case AfterRound::kNextRound:
       ddp::log::info("round {} ended for a change of members ({}); the group moves to round {}",
                      node.round, outcome.root_cause->headline(), node.round + 1);
+      change_.emplace(outcome.root_cause->headline(),
+                      outcome.stop_began.value_or(std::chrono::steady_clock::now()),
+                      std::chrono::steady_clock::now());
       rendezvous.advance(node.round, node.restarts, survivors_after(*outcome.root_cause, node));
       return std::nullopt;
     case AfterRound::kLeave:
@@ -406,6 +422,30 @@ std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment
   if (config_.max_restarts > 0) ddp::log::error("no restarts left ({} used)", config_.max_restarts);
   rendezvous.linger_until_settled(node.round, node.group_world_size);
   return root.exit_code;
+}
+
+void Agent::note_agreed(const NodeAssignment& node) {
+  if (!change_ || change_->agreed) return;
+  change_->agreed = std::chrono::steady_clock::now();
+  change_->round = node.round;
+  change_->nodes = node.group_world_size;
+  change_->world_size = node.world_size;
+}
+
+void Agent::watch_first_step(Supervisor& supervisor) {
+  if (!change_ || !change_->agreed) return;
+  change_->started = std::chrono::steady_clock::now();
+  supervisor.on_first_step([this] {
+    change_->first_step = std::chrono::steady_clock::now();
+    ddp::log::info("{}", change_->line());
+    change_.reset();
+  });
+}
+
+void Agent::note_round_over() {
+  if (!change_ || !change_->started) return;  // (a change that ended this round stays)
+  ddp::log::info("{}", change_->line(/*round_ended=*/true));
+  change_.reset();
 }
 
 void Agent::report(const FailureReport& root) const {

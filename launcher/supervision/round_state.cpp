@@ -29,6 +29,7 @@ void RoundStateMachine::stop(int signal, bool grace, Clock::time_point now) {
     state_ = RoundState::kStopPending;
     stop_signal_ = signal;
     signal_at_ = when;
+    outcome_.stop_began = now;
   } else if (state_ == RoundState::kStopPending) {
     stop_signal_ = signal;
     signal_at_ = std::min(signal_at_, when);

@@ -37,6 +37,8 @@ struct RoundOutcome {
   int signal = 0;
   int exit_code = 0;
   std::string detail;
+  // When the round began to stop (this node learned of its end); unset while it runs.
+  std::optional<std::chrono::steady_clock::time_point> stop_began;
 };
 
 enum class RoundState {

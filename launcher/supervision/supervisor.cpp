@@ -21,6 +21,7 @@
 
 #include "ddp/error.h"
 #include "ddp/exit_codes.h"
+#include "ddp/live_metrics.h"
 #include "ddp/log.h"
 #include "diagnosis/hang_watch.h"
 #include "rendezvous/heartbeat.h"
@@ -34,6 +35,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t kStderrTailLines = 20;
+constexpr auto kStepLookFast = std::chrono::milliseconds(20);
+constexpr auto kStepLookFastFor = std::chrono::seconds(10);
+constexpr auto kStepLookSlow = std::chrono::seconds(1);
 
 // Reads what is available on `fd` into `sink`; closes it and sets it to -1 at end of stream.
 void pump(int& fd, WorkerOutput& sink) {
@@ -60,7 +64,7 @@ struct Supervisor::Worker {
   int rank = 0;
   std::string error_file;
   std::string recorder_file;  // DDP_FLIGHT_RECORDER_FILE: the worker's flight recorder
-  std::string live_file;      // DDP_LIVE_METRICS_FILE, with --metrics-port; else ""
+  std::string live_file;      // DDP_LIVE_METRICS_FILE
   std::string abort_file;     // DDP_ABORT_FILE (comm/abort_notice.h)
   std::unique_ptr<WorkerProcess> process;
   std::unique_ptr<WorkerOutput> out;
@@ -200,10 +204,10 @@ void Supervisor::start(const NodeAssignment& node, const WorkerStore& store) {
     std::filesystem::remove(w.recorder_file);
     w.abort_file = dir + "/abort";
     std::filesystem::remove(w.abort_file);
-    if (config_.metrics_port != 0) {
-      w.live_file = dir + "/live_metrics.bin";
-      std::filesystem::remove(w.live_file);
-    }
+    // Always: the trainer's live figures feed --metrics-port and the change timeline's first
+    // step (change_timeline.h); writing them is a few atomic stores, and nothing without a reader.
+    w.live_file = dir + "/live_metrics.bin";
+    std::filesystem::remove(w.live_file);
     open_outputs(w, dir, copies);
     const bool placed = lr < static_cast<int>(placement_.size());
     const int threads = placed ? placement_[lr].threads : 0;
@@ -262,6 +266,11 @@ class Supervisor::Round {
   void tick(bool any_running);
   // Heartbeats, other nodes' failures and nodes waiting to join; a store that stopped answering.
   void watch_store(bool any_running);
+  // Until a worker reports its first step (Supervisor::on_first_step): looks at their live
+  // metrics, every 20 ms for the round's first 10 s (a new world's first step comes within
+  // those), then every second.
+  void look_for_first_step(Clock::time_point now);
+  Clock::time_point next_wake() const;
   void watch_heartbeats(Clock::time_point now, bool any_running);
   void watch_group(Clock::time_point now);
   void declare_lost(const std::vector<int>& lost, Clock::time_point now);
@@ -289,6 +298,8 @@ class Supervisor::Round {
   bool aborted_ = false;
   // Since when the group's root cause is a collective failure that a lost node may explain.
   std::optional<Clock::time_point> verdict_since_;
+  const Clock::time_point started_ = Clock::now();
+  Clock::time_point next_step_look_ = started_;
 };
 
 namespace {
@@ -347,9 +358,14 @@ std::vector<pollfd> Supervisor::Round::poll_set() const {
   return fds;
 }
 
+Supervisor::Round::Clock::time_point Supervisor::Round::next_wake() const {
+  const auto wake = round_.next_wake();
+  return s_.first_step_ ? std::min(wake, next_step_look_) : wake;
+}
+
 void Supervisor::Round::wait_and_pump(std::vector<pollfd>& fds) {
   const auto wait_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(round_.next_wake() - Clock::now());
+      std::chrono::duration_cast<std::chrono::milliseconds>(next_wake() - Clock::now());
   const int rc = poll(fds.data(), fds.size(), static_cast<int>(std::max<long>(0, wait_ms.count())));
   if (rc < 0 && errno != EINTR) throw ddp::Error("poll failed: " + std::string(strerror(errno)));
   for (auto& w : s_.workers_) {
@@ -437,7 +453,23 @@ void Supervisor::Round::tick(bool any_running) {
                    round_.kill_after().count() / 1000.0);
   }
   act(due);
-  if (round_.state() == RoundState::kRunning && any_running) hangs_.tick(now);
+  if (round_.state() == RoundState::kRunning && any_running) {
+    hangs_.tick(now);
+    look_for_first_step(now);
+  }
+}
+
+void Supervisor::Round::look_for_first_step(Clock::time_point now) {
+  if (!s_.first_step_ || now < next_step_look_) return;
+  next_step_look_ = now + (now - started_ < kStepLookFastFor ? kStepLookFast : kStepLookSlow);
+  for (const Worker& w : s_.workers_) {
+    const auto live = ddp::live::read(w.live_file);
+    if (!live || live->steps == 0) continue;
+    auto fn = std::move(s_.first_step_);
+    s_.first_step_ = nullptr;
+    fn();
+    return;
+  }
 }
 
 void Supervisor::Round::watch_store(bool any_running) {
@@ -581,7 +613,9 @@ RoundOutcome Supervisor::Round::conclude() {
 }
 
 RoundOutcome Supervisor::supervise(const NodeAssignment& node, Rendezvous& rendezvous) {
-  return Round(*this, node, rendezvous).run();
+  RoundOutcome outcome = Round(*this, node, rendezvous).run();
+  first_step_ = nullptr;  // no step in this round: the caller says so
+  return outcome;
 }
 
 std::vector<WatchedWorker> Supervisor::Round::watched(const std::vector<Worker>& workers) {

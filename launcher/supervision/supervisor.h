@@ -4,6 +4,7 @@
 // published by another node; on any failure stops the whole local group (the signal, then
 // SIGKILL after --shutdown-timeout) and reports the root cause. What to do when is decided by
 // the round's state machine (round_state.h); this class does the I/O.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,6 +64,9 @@ class Supervisor {
   void report_to(MetricsBoard* board) { board_ = board; }
   // Every turn of a round's loop counts as the agent's progress (health_endpoint.h).
   void report_progress_to(AgentHealth* health) { health_ = health; }
+  // Calls `fn` once, from supervise(), when a worker of the started round first reports a
+  // training step (its live metrics, ddp/live_metrics.h); dropped when the round ends first.
+  void on_first_step(std::function<void()> fn) { first_step_ = std::move(fn); }
 
   // The folder of one worker's logs and error file in a round.
   std::string worker_dir(int round, int local_rank) const;
@@ -96,6 +100,7 @@ class Supervisor {
   std::vector<RankPlacement> placement_;  // by local rank; empty: no binding
   MetricsBoard* board_ = nullptr;
   AgentHealth* health_ = nullptr;
+  std::function<void()> first_step_;
 };
 
 }  // namespace ddprun

@@ -245,14 +245,15 @@ inline constexpr Setting kFlightRecorderFile{
 inline constexpr Setting kLiveMetricsFile{
     "DDP_LIVE_METRICS_FILE",
     Type::kText,
-    "none (ddprun --metrics-port sets one per worker)",
+    "none (ddprun sets one per worker)",
     0,
     0,
     "",
     "",
     "library",
     "The file the trainer keeps its live figures in (step time, images/s, loss, learning rate, "
-    "allreduce wait and bytes), read by the agent for its Prometheus endpoint."};
+    "allreduce wait and bytes), read by the agent for its Prometheus endpoint and the first step "
+    "of an elastic change's timeline."};
 
 inline constexpr Setting kAbortFile{
     "DDP_ABORT_FILE",

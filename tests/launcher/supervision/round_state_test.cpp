@@ -49,6 +49,7 @@ FailureReport agent_record(int node, int signal) {
 }
 
 TEST_F(Round, StartsRunningAndWaitsForTheMonitor) {
+  EXPECT_FALSE(round.outcome().stop_began);
   EXPECT_EQ(round.state(), RoundState::kRunning);
   EXPECT_EQ(round.tick(t0 + 1h), RoundAction::kNone);
   EXPECT_EQ(round.next_wake(), t0 + kMonitor);
@@ -196,6 +197,9 @@ TEST_F(Round, ASecondCauseWhileStoppingOnlyBringsTheSignalForward) {
   // Once signalled, later causes change nothing.
   round.store_lost("gone again", t0 + 200ms);
   EXPECT_EQ(round.state(), RoundState::kSignalled);
+  // The stop began with the first cause: the change timeline's "detected".
+  ASSERT_TRUE(round.outcome().stop_began);
+  EXPECT_EQ(*round.outcome().stop_began, t0);
 }
 
 TEST_F(Round, TheRoundEndsWhenTheWorkersAreReapedAndThePipesDrained) {
