@@ -182,7 +182,13 @@ std::string serialize_checkpoint(const Checkpoint& checkpoint, const torch::nn::
 
 Checkpoint load_checkpoint(const std::string& path, torch::nn::Module* model,
                            torch::optim::Optimizer* optimizer) {
-  const std::string bytes = read_verified(path);
+  return load_checkpoint_bytes(read_verified(path), path, model, optimizer);
+}
+
+std::string read_checkpoint_bytes(const std::string& path) { return read_verified(path); }
+
+Checkpoint load_checkpoint_bytes(const std::string& bytes, const std::string& origin,
+                                 torch::nn::Module* model, torch::optim::Optimizer* optimizer) {
   Checkpoint checkpoint;
   try {
     torch::serialize::InputArchive archive;
@@ -206,8 +212,8 @@ Checkpoint load_checkpoint(const std::string& path, torch::nn::Module* model,
   } catch (const std::exception& e) {
     std::string cause = e.what();
     cause = cause.substr(0, cause.find('\n'));
-    throw DataError(path, "cannot load checkpoint: " + cause +
-                              " (written for another model or by another version?)");
+    throw DataError(origin, "cannot load checkpoint: " + cause +
+                                " (written for another model or by another version?)");
   }
   return checkpoint;
 }
@@ -290,6 +296,13 @@ std::vector<std::string> CheckpointDirectory::list() const {
   std::vector<std::string> paths;
   for (auto& f : found) paths.push_back(std::move(f.second));
   return paths;
+}
+
+std::optional<int64_t> CheckpointDirectory::step_of(const std::string& path) {
+  const std::string name = fs::path(path).filename().string();
+  std::smatch match;
+  if (!std::regex_match(name, match, kCheckpointName)) return std::nullopt;
+  return std::stoll(match[1].str());
 }
 
 std::optional<std::string> CheckpointDirectory::latest_valid() const {

@@ -74,13 +74,13 @@ void seed_rng(uint64_t seed) {
   gen.set_current_seed(seed);
 }
 
-// Rank 0's string on every rank (collective).
-std::string broadcast_string(Communicator& comm, const std::string& text) {
+// The root's string on every rank (collective).
+std::string broadcast_string(Communicator& comm, const std::string& text, int root = 0) {
   std::vector<int64_t> length{static_cast<int64_t>(text.size())};
-  comm.broadcast(length, 0);
+  comm.broadcast(length, root);
   std::vector<int64_t> words((length[0] + 7) / 8, 0);
-  if (comm.rank() == 0) std::memcpy(words.data(), text.data(), text.size());
-  comm.broadcast(words, 0);
+  if (comm.rank() == root) std::memcpy(words.data(), text.data(), text.size());
+  comm.broadcast(words, root);
   return std::string(reinterpret_cast<const char*>(words.data()), length[0]);
 }
 
@@ -184,6 +184,13 @@ class FitRun {
 
   static data::DataLoader make_loader(const data::ImageDataset& train_set,
                                       const TrainerOptions& options, int world, int rank);
+  // The newest valid checkpoint of any rank's directory, loaded on every rank: from its own
+  // file where every rank has it (a shared volume), else sent by the rank that holds it
+  // (state_from_peer). Every rank loads it or every rank fails. nullopt: none anywhere.
+  std::optional<Checkpoint> load_newest(std::string& chosen);
+  std::string state_from_peer(const std::string& bytes, std::exception_ptr& failure,
+                              const std::string& chosen, int holder, int64_t newest,
+                              const std::vector<int64_t>& steps);
   // From the newest valid checkpoint, which every rank agrees on; every rank loads it or the
   // run fails on all of them.
   void resume();
@@ -316,16 +323,36 @@ TrainResult FitRun::run() {
   return finish();
 }
 
-void FitRun::resume() {
-  std::string chosen;
-  if (rank_ == 0) chosen = checkpoints_.latest_valid().value_or("");
-  chosen = broadcast_string(comm_, chosen);
-  if (chosen.empty()) return;
+std::optional<Checkpoint> FitRun::load_newest(std::string& chosen) {
+  // Each rank's newest valid checkpoint in its own directory: a shared volume shows every rank
+  // the same one; a volume per pod (emptyDir) shows each pod its own, or none (a new pod).
+  const std::optional<std::string> mine = checkpoints_.latest_valid();
+  std::vector<int64_t> step{-1};
+  if (mine) {
+    const auto named = CheckpointDirectory::step_of(*mine);
+    step[0] = named ? *named : read_checkpoint_meta(*mine).global_step;
+  }
+  std::vector<int64_t> steps(static_cast<std::size_t>(world_));
+  comm_.allgather(step, steps);
+  const int64_t newest = *std::max_element(steps.begin(), steps.end());
+  if (newest < 0) return std::nullopt;
+  const int holder =
+      static_cast<int>(std::find(steps.begin(), steps.end(), newest) - steps.begin());
+  const bool everyone_has =
+      std::all_of(steps.begin(), steps.end(), [newest](int64_t s) { return s == newest; });
+  chosen = broadcast_string(comm_, rank_ == holder ? *mine : "", holder);
   std::exception_ptr failure;
+  std::string bytes;
+  try {
+    if (everyone_has || rank_ == holder) bytes = read_checkpoint_bytes(*mine);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  if (!everyone_has) bytes = state_from_peer(bytes, failure, chosen, holder, newest, steps);
   Checkpoint loaded;
   try {
-    loaded = load_checkpoint(chosen, model_.get(), optimizer_.get());
-    if (!same_architecture(loaded.meta.model, model_->spec())) {
+    if (!failure) loaded = load_checkpoint_bytes(bytes, chosen, model_.get(), optimizer_.get());
+    if (!failure && !same_architecture(loaded.meta.model, model_->spec())) {
       throw ConfigError(chosen + " holds a '" + loaded.meta.model.name +
                         "' model, but this run trains '" + model_->spec().name +
                         "'; use another checkpoint directory");
@@ -337,6 +364,38 @@ void FitRun::resume() {
     if (failure) std::rethrow_exception(failure);
     throw DataError(chosen, "another rank could not load this checkpoint (see its error)");
   }
+  return loaded;
+}
+
+std::string FitRun::state_from_peer(const std::string& bytes, std::exception_ptr& failure,
+                                    const std::string& chosen, int holder, int64_t newest,
+                                    const std::vector<int64_t>& steps) {
+  // The holder could not read its own file: every rank fails with its reason, none waits.
+  if (any_rank(comm_, failure != nullptr)) {
+    if (failure) std::rethrow_exception(failure);
+    throw DataError(chosen, "rank " + std::to_string(holder) +
+                                " could not read this checkpoint to send it (see its error)");
+  }
+  const auto start = Clock::now();
+  std::string received = broadcast_string(comm_, bytes, holder);
+  result_.state_from_rank = holder;
+  const auto lacking =
+      std::count_if(steps.begin(), steps.end(), [newest](int64_t s) { return s != newest; });
+  if (rank_ == 0) {
+    log::info(
+        "the newest checkpoint (step {}) is on rank {}'s volume only: its state went to the {} "
+        "ranks without it from that rank ({:.1f} MB in {:.2f} s), not from a shared volume",
+        newest, holder, lacking, static_cast<double>(received.size()) / 1e6,
+        seconds_between(start, Clock::now()));
+  }
+  return received;
+}
+
+void FitRun::resume() {
+  std::string chosen;
+  const std::optional<Checkpoint> newest = load_newest(chosen);
+  if (!newest) return;
+  const Checkpoint& loaded = *newest;
   const CheckpointMeta& meta = loaded.meta;
   epoch_ = meta.epoch;
   global_step_ = meta.global_step;

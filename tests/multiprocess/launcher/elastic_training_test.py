@@ -4,7 +4,9 @@
 
   grow:   pod 0 trains alone; pod 1 starts mid-epoch. The group must take it in at the next
           round (pod 0's trainer checkpoints and exits 75 on SIGTERM), continue as 2 nodes from
-          the same sample position of the epoch, and finish, with --max-restarts 0.
+          the same sample position of the epoch, and finish, with --max-restarts 0. Twice: with
+          one checkpoint volume, and with a volume per pod (emptyDir), where pod 1 has none and
+          takes the state from pod 0's rank over the communicator.
   shrink: both pods train; pod 1 is deleted (SIGTERM to its agent, as the kubelet does, then
           its namespace removed). Pod 0 must go on alone after the last call and finish, with
           --max-restarts 0.
@@ -42,6 +44,22 @@ def check(name, ok, detail=""):
     results.append(bool(ok))
     print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
     return ok
+
+
+def check_timeline(scenario, out, cause, round_, nodes):
+    """The agent's one line on the change: each phase after detection, in order, up to the
+    first step of the new world (change_timeline.h)."""
+    m = re.search(r"membership change \((.*)\): detected, workers stopped \+([\d.]+) s, agreed "
+                  r"\+([\d.]+) s \(round (\d+): (\d+) nodes, \d+ ranks\), workers started "
+                  r"\+([\d.]+) s, first step \+([\d.]+) s", out)
+    times = [float(m.group(i)) for i in (2, 3, 6, 7)] if m else []
+    check(f"{scenario}: one line states the change's timeline up to the new world's first step",
+          m is not None and re.search(cause, m.group(1)) is not None
+          and int(m.group(4)) == round_ and int(m.group(5)) == nodes and times == sorted(times),
+          m.group(0) if m else " | ".join(l for l in out.splitlines() if "change" in l)[:600])
+    if m:
+        print(f"{scenario}: timeline " + ", ".join(f"{k} +{t:.2f} s" for k, t in
+              zip(("stopped", "agreed", "started", "first step"), times)), flush=True)
 
 
 def sh(*cmd):
@@ -233,30 +251,43 @@ def main():
                 check(f"fixed {size}-pod run finishes", codes == [0] * size and fixed[size] is not None,
                       f"exit codes {codes}, accuracy {fixed[size]} %")
 
-        # grow: 1 -> 2
-        with Pods(2) as pods:
-            ckpt = os.path.join(work, "grow")
-            first = start(pods, 0, "grow-pod0", ckpt, "1:2")
-            alone = first.wait_for(r"epoch 1/3 step 60/", 180)
-            check("grow: pod 0 trains alone (round 0, 1 node)",
-                  alone and "round 0: node 0 of 1, ranks 0..0 of 1" in first.output(), first.output()[-400:])
-            second = start(pods, 1, "grow-pod1", ckpt, "1:2")
-            codes = [first.wait(300), second.wait(60)]
-            out0, out1 = first.output(), second.output()
-            grown = accuracy(out0)
-            check("grow: both pods finish with --max-restarts 0", codes == [0, 0], f"exit codes {codes}")
-            check("grow: the group took pod 1 in at round 1 as 2 nodes, no restart used",
-                  "round 1: node 0 of 2, ranks 0..0 of 2" in out0 and "round 1: node 1 of 2" in out1
-                  and "ended for a change of members" in out0 and "restarting the group" not in out0,
-                  " | ".join(l for l in out0.splitlines() if "round" in l)[:600])
-            m = re.search(r"checkpoint was written by 1 ranks, this run has 2: the epoch goes on from "
-                          r"sample position (\d+) of 20000", out0)
-            check("grow: the 2-node round resumed the epoch at the sample position the 1-node round reached",
-                  m is not None and int(m.group(1)) % 64 == 0 and int(m.group(1)) >= 60 * 64,
-                  m.group(0) if m else out0[-600:])
-            check(f"grow: test accuracy within {args.tolerance} pt of the fixed runs' span",
-                  within_span(grown, fixed, args.tolerance),
-                  f"{grown} % against the fixed 1-pod run's {fixed[1]} % and 2-pod run's {fixed[2]} %")
+        # grow: 1 -> 2, with one checkpoint volume for both pods, then with a volume per pod
+        # (emptyDir): there pod 1 has no checkpoint, and takes the state from pod 0's rank.
+        for per_pod in (False, True):
+            grow = "grow (a volume per pod)" if per_pod else "grow"
+            with Pods(2) as pods:
+                ckpt = os.path.join(work, "grow-per-pod" if per_pod else "grow")
+                first = start(pods, 0, f"{grow}-pod0", ckpt + ("/pod0" if per_pod else ""), "1:2")
+                alone = first.wait_for(r"epoch 1/3 step 60/", 180)
+                check(f"{grow}: pod 0 trains alone (round 0, 1 node)",
+                      alone and "round 0: node 0 of 1, ranks 0..0 of 1" in first.output(),
+                      first.output()[-400:])
+                second = start(pods, 1, f"{grow}-pod1", ckpt + ("/pod1" if per_pod else ""), "1:2")
+                codes = [first.wait(300), second.wait(60)]
+                out0, out1 = first.output(), second.output()
+                grown = accuracy(out0)
+                check(f"{grow}: both pods finish with --max-restarts 0", codes == [0, 0],
+                      f"exit codes {codes}")
+                check(f"{grow}: the group took pod 1 in at round 1 as 2 nodes, no restart used",
+                      "round 1: node 0 of 2, ranks 0..0 of 2" in out0 and "round 1: node 1 of 2" in out1
+                      and "ended for a change of members" in out0 and "restarting the group" not in out0,
+                      " | ".join(l for l in out0.splitlines() if "round" in l)[:600])
+                m = re.search(r"checkpoint was written by 1 ranks, this run has 2: the epoch goes on "
+                              r"from sample position (\d+) of 20000", out0)
+                check(f"{grow}: the 2-node round resumed the epoch at the sample position the 1-node "
+                      "round reached",
+                      m is not None and int(m.group(1)) % 64 == 0 and int(m.group(1)) >= 60 * 64,
+                      m.group(0) if m else out0[-600:])
+                peer = re.search(r"the newest checkpoint \(step \d+\) is on rank 0's volume only: its "
+                                 r"state went to the 1 ranks without it from that rank \(([\d.]+) MB", out0)
+                check(f"{grow}: " + ("pod 1 took the state from pod 0's rank, not from a volume"
+                                     if per_pod else "both pods read the shared volume, nothing was sent"),
+                      (peer is not None and float(peer.group(1)) > 1) if per_pod else peer is None,
+                      peer.group(0) if peer else out0[-400:])
+                check_timeline(grow, out0, r"1 node waiting to join", 1, 2)
+                check(f"{grow}: test accuracy within {args.tolerance} pt of the fixed runs' span",
+                      within_span(grown, fixed, args.tolerance),
+                      f"{grown} % against the fixed 1-pod run's {fixed[1]} % and 2-pod run's {fixed[2]} %")
 
         # shrink: 2 -> 1
         with Pods(2) as pods:
@@ -291,6 +322,7 @@ def main():
             check("shrink: the 1-node round resumed the epoch where the 2 nodes stopped",
                   re.search(r"checkpoint was written by 2 ranks, this run has 1: the epoch goes on from "
                             r"sample position \d+ of 20000", out0) is not None, out0[-600:])
+            check_timeline("shrink", out0, r"node 1 \(pod-1\)", 1, 1)
             check(f"shrink: test accuracy within {args.tolerance} pt of the fixed runs' span",
                   within_span(shrunk, fixed, args.tolerance),
                   f"{shrunk} % against the fixed 1-pod run's {fixed[1]} % and 2-pod run's {fixed[2]} %")
@@ -327,6 +359,7 @@ def main():
                   and "round 1: every node that survived round 0 is in" in out0
                   and re.search(r"resumed from \S+checkpoint-", out0) is not None,
                   f"exit {code}: {out0[-500:]}")
+            check_timeline("vanish", out0, r"node 1 \(pod-1\) was lost", 1, 1)
     finally:
         for a in agents:
             a.close()

@@ -83,7 +83,10 @@ bool on_ranks(int ranks, const std::function<void(Communicator&)>& body) {
 
 bool on_two_ranks(const std::function<void(Communicator&)>& body) { return on_ranks(2, body); }
 
-TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
+// A run interrupted at step 4 and resumed by a fresh trainer with fresh weights ends with the
+// weights of an uninterrupted run. `per_rank`: each rank has a checkpoint directory of its own
+// (a volume per pod), so rank 1 has none and takes the state rank 0 sends.
+void expect_resumed_run_equals_uninterrupted_run(bool per_rank) {
   testing::TempDir dir;
   EXPECT_TRUE(on_two_ranks([&](Communicator& comm) {
     const auto train_set = synthetic(96, 1);  // 6 steps per epoch per rank at batch 8
@@ -95,16 +98,22 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
         Trainer(comm, whole, train_set, test_set, small_options(dir.file("a"))).fit();
     require(a.global_step == 12, "uninterrupted run took " + std::to_string(a.global_step));
 
-    // Interrupted mid-epoch at step 4, then resumed by a fresh trainer and fresh weights.
-    TrainerOptions first = small_options(dir.file("b"));
+    const std::string b =
+        per_rank ? dir.file("b-rank" + std::to_string(comm.rank())) : dir.file("b");
+    TrainerOptions first = small_options(b);
     first.max_steps = 4;
     auto part = models::create_model(spec, 11);
     const TrainResult b1 = Trainer(comm, part, train_set, test_set, first).fit();
     require(b1.global_step == 4, "first part ended at " + std::to_string(b1.global_step));
+    if (per_rank) {
+      require(CheckpointDirectory(b, 3).list().empty() == (comm.rank() != 0),
+              "only rank 0 writes checkpoints");
+    }
     auto resumed = models::create_model(spec, 99);
-    const TrainResult b2 =
-        Trainer(comm, resumed, train_set, test_set, small_options(dir.file("b"))).fit();
+    const TrainResult b2 = Trainer(comm, resumed, train_set, test_set, small_options(b)).fit();
     require(b2.resumed_from_step == 4, "resumed from " + std::to_string(b2.resumed_from_step));
+    require(b2.state_from_rank == (per_rank ? 0 : -1),
+            "state from rank " + std::to_string(b2.state_from_rank));
     require(b2.global_step == 12, "resumed run ended at " + std::to_string(b2.global_step));
 
     const auto pa = parameters_of(*whole);
@@ -118,6 +127,14 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
     require(!a.epochs.empty() && a.epochs.back().evaluated && a.epochs.back().eval.accuracy() > 0.6,
             "accuracy after training is too low");
   }));
+}
+
+TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
+  expect_resumed_run_equals_uninterrupted_run(/*per_rank=*/false);
+}
+
+TEST(Trainer, ARankWithoutTheCheckpointTakesTheStateFromThePeerThatHasIt) {
+  expect_resumed_run_equals_uninterrupted_run(/*per_rank=*/true);
 }
 
 // A classifier without dropout or batch statistics, so that the same samples in other groupings

@@ -56,6 +56,12 @@ std::string serialize_checkpoint(const Checkpoint& checkpoint, const torch::nn::
 // naming the file when it is missing, damaged, or does not fit the model.
 Checkpoint load_checkpoint(const std::string& path, torch::nn::Module* model,
                            torch::optim::Optimizer* optimizer);
+// The same in two halves, for a checkpoint one rank reads and sends to ranks that cannot read
+// its file (a volume per pod): the file's verified bytes, and a checkpoint from such bytes
+// (`origin` names them in errors).
+std::string read_checkpoint_bytes(const std::string& path);
+Checkpoint load_checkpoint_bytes(const std::string& bytes, const std::string& origin,
+                                 torch::nn::Module* model, torch::optim::Optimizer* optimizer);
 
 // A directory of checkpoints named by step, oldest pruned beyond `keep`.
 class CheckpointDirectory {
@@ -72,6 +78,9 @@ class CheckpointDirectory {
 
   // The newest checkpoint that reads and verifies (its meta), or nullopt; logs why it skips any.
   std::optional<std::string> latest_valid() const;
+  // The step a checkpoint file's name gives (save's names), without reading it; nullopt for
+  // another name.
+  static std::optional<int64_t> step_of(const std::string& path);
 
   const std::string& dir() const { return dir_; }
 

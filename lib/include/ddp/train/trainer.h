@@ -93,7 +93,10 @@ struct EpochSummary {
 struct TrainResult {
   TrainStatus status = TrainStatus::kCompleted;
   int64_t global_step = 0;
-  int64_t resumed_from_step = -1;    // -1: started fresh
+  int64_t resumed_from_step = -1;  // -1: started fresh
+  // The rank whose checkpoint was sent to ranks that had none as new (a volume per pod); -1:
+  // every rank read its own (a shared volume), or none resumed.
+  int state_from_rank = -1;
   std::vector<EpochSummary> epochs;  // epochs finished in this run
 };
 
