@@ -25,6 +25,8 @@ struct State {
   std::mutex mu;  // guards reason
   std::string reason;
   std::once_flag watcher_started;
+  std::mutex saying;  // held while the last words are said, and while they are replaced
+  std::function<void()> last_words;
 };
 
 State& state() {
@@ -62,6 +64,25 @@ void AbortNotice::raise(const std::string& reason) {
   s.raised.store(true, std::memory_order_release);
 }
 
+void AbortNotice::set_last_words(std::function<void()> words) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.saying);
+  s.last_words = std::move(words);
+}
+
+void AbortNotice::say_last_words() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.saying);
+  std::function<void()> words = std::move(s.last_words);
+  s.last_words = nullptr;
+  if (!words) return;
+  try {
+    words();
+  } catch (const std::exception& e) {
+    log::error("could not save the state before ending: {}", e.what());
+  }
+}
+
 void AbortNotice::watch_file_from_environment(int rank) {
   const auto path = settings::text(settings::kAbortFile);
   if (!path || path->empty()) return;
@@ -73,6 +94,7 @@ void AbortNotice::watch_file_from_environment(int rank) {
       // A wait that polls has given up by now and the worker is on its way out; one blocked
       // inside gloo has not: end the process with the error it would have raised.
       std::this_thread::sleep_for(kGrace);
+      say_last_words();
       const CommError error("collective", rank, -1, message());
       log::error("{}", error.what());
       record_error(error);

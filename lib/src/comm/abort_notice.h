@@ -13,7 +13,14 @@
 //   will never answer until the collective timeout.
 //
 // Process-wide, as the condition is: one notice ends every communicator of the process.
+//
+// Last words: a function the process runs once on the notice, before it ends: the trainer's
+// checkpoint of its last completed step, so that the new world redoes at most the step in
+// flight. The thread that catches the notice's CommError runs it (libfabric), else the watcher
+// does after the grace, while the training thread is blocked in gloo (its state is then still
+// that of its last step, which the function's own lock guarantees).
 #include <chrono>
+#include <functional>
 #include <string>
 
 namespace ddp::detail {
@@ -32,6 +39,12 @@ class AbortNotice {
   static void watch_file_from_environment(int rank);
   // What a wait that gave up says: "aborted by ddprun: <reason>".
   static std::string message();
+  // Sets the last words (nullptr clears them); waits for ones that are being said, so that
+  // their owner may go once this returns.
+  static void set_last_words(std::function<void()> words);
+  // Says them, once: the first caller runs them, later ones (the watcher after the training
+  // thread) wait until they are said and return. Errors are logged, not thrown.
+  static void say_last_words();
 };
 
 }  // namespace ddp::detail

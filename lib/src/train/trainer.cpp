@@ -4,12 +4,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <mutex>
 #include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/optimizer.h>
 
+#include "comm/abort_notice.h"
 #include "ddp/comm/communicator.h"
 #include "ddp/error.h"
 #include "ddp/live_metrics.h"
@@ -213,6 +215,14 @@ class FitRun {
   double learning_rate(int64_t progress) const { return schedule_.at(progress) * lr_scale_; }
   // A checkpoint of the current step (once per step), written by rank 0.
   void save_checkpoint(int64_t at_epoch, int64_t at_batch);
+  // Rank 0's last words when ddprun aborts the collectives (a node was lost: AbortNotice): a
+  // checkpoint of the last step applied, written without a collective (no generator states),
+  // so that the next world redoes only the step in flight. From any thread.
+  void save_last_step();
+  // The training itself, within run()'s last words.
+  void train();
+  // Marks the current counters as a step applied (under position_mu_).
+  void note_applied();
   // The window's compute and wait times of every rank (collective); rank 0 names stragglers.
   void report_stragglers();
   // Preemption or the final checkpoint, and the end record.
@@ -261,6 +271,13 @@ class FitRun {
   bool stop_voted_ = false;  // a stop voted for during the group, taken at its end
   int64_t global_step_ = 0;
   int64_t last_checkpoint_step_ = -1;  // the step of the last checkpoint; -1: none yet
+  // The position after the last optimizer step applied, and the lock that keeps the model and
+  // the optimizer at it while save_last_step reads them from another thread (last words).
+  struct Position {
+    int64_t epoch = 0, batch_in_epoch = 0, epoch_offset = 0, global_step = 0;
+  };
+  std::mutex position_mu_;
+  Position applied_;
   std::vector<int64_t> stop_flag_{0};
   bool first_step_done_ = false;
   bool stopping_ = false;
@@ -310,6 +327,25 @@ data::DataLoader FitRun::make_loader(const data::ImageDataset& train_set,
 TrainResult FitRun::run() {
   if (!options_.checkpoint_dir.empty() && options_.resume) resume();
   prepare();
+  note_applied();
+  const bool last_words = rank_ == 0 && !options_.checkpoint_dir.empty();
+  if (last_words) ddp::detail::AbortNotice::set_last_words([this] { save_last_step(); });
+  struct Clear {
+    bool on;
+    ~Clear() {
+      if (on) ddp::detail::AbortNotice::set_last_words(nullptr);
+    }
+  } clear{last_words};
+  try {
+    train();
+  } catch (const CommError&) {
+    if (ddp::detail::AbortNotice::raised()) ddp::detail::AbortNotice::say_last_words();
+    throw;
+  }
+  return finish();
+}
+
+void FitRun::train() {
   while (epoch_ < options_.epochs && !stopping_ && progress_step() < last_step_) {
     loader_.start_epoch(epoch_, batch_in_epoch_, epoch_offset_);
     EpochStats stats;
@@ -320,7 +356,6 @@ TrainResult FitRun::run() {
     }
     end_epoch(stats);
   }
-  return finish();
 }
 
 std::optional<Checkpoint> FitRun::load_newest(std::string& chosen) {
@@ -433,6 +468,14 @@ void FitRun::resume() {
   if (meta.world_size == world_ && loaded.rng_states.defined() &&
       loaded.rng_states.size(0) == world_) {
     set_rng_state(loaded.rng_states[rank_].contiguous());
+  } else if (meta.world_size == world_) {
+    // A checkpoint written as last words (save_last_step) holds no generator states.
+    log::warn(
+        "{} holds no random generator states (written when the collectives were aborted): "
+        "augmentation and dropout go on from a fresh random stream",
+        chosen);
+    seed_rng(data::mix_seed(options_.seed, 0x5eed, static_cast<uint64_t>(rank_),
+                            static_cast<uint64_t>(global_step_)));
   } else {
     log::warn(
         "checkpoint was written by {} ranks, this run has {}: the epoch goes on from sample "
@@ -581,7 +624,12 @@ double FitRun::step(const data::Batch& batch) {
   const auto optimizer_start = Clock::now();
   trace_.span("backward", backward_start, optimizer_start, step_number);
   if (last_micro) {
-    optimizer_->step();
+    {
+      std::lock_guard<std::mutex> lock(position_mu_);
+      optimizer_->step();
+      // The position after this step, whose counters move below, after the stop vote.
+      applied_ = {epoch_, batch_in_epoch_ + 1, epoch_offset_, global_step_ + 1};
+    }
     trace_.span("optimizer step", optimizer_start, Clock::now(), step_number);
     waits += ddp_->last_backward().wait_seconds;
   }
@@ -679,6 +727,7 @@ void FitRun::end_epoch(const EpochStats& stats) {
   ++epoch_;
   batch_in_epoch_ = 0;
   epoch_offset_ = 0;
+  note_applied();
   save_checkpoint(epoch_, 0);
 
   double eval_seconds = 0;
@@ -713,6 +762,37 @@ void FitRun::end_epoch(const EpochStats& stats) {
   stopping_ = any_rank(comm_, stop_requested());
 }
 
+void FitRun::note_applied() {
+  std::lock_guard<std::mutex> lock(position_mu_);
+  applied_ = {epoch_, batch_in_epoch_, epoch_offset_, global_step_};
+}
+
+void FitRun::save_last_step() {
+  std::lock_guard<std::mutex> lock(position_mu_);
+  if (applied_.global_step == last_checkpoint_step_) {
+    log::info("step {}, the last one applied, is checkpointed already: {}", applied_.global_step,
+              ddp::detail::AbortNotice::message());
+    return;
+  }
+  const auto start = Clock::now();
+  Checkpoint checkpoint;
+  checkpoint.meta.model = model_->spec();
+  checkpoint.meta.class_names = train_set_.class_names;
+  checkpoint.meta.epoch = applied_.epoch;
+  checkpoint.meta.batch_in_epoch = applied_.batch_in_epoch;
+  checkpoint.meta.global_step = applied_.global_step;
+  checkpoint.meta.world_size = world_;
+  checkpoint.meta.epoch_offset = applied_.epoch_offset;
+  checkpoint.meta.reference_world_size = reference_world_;
+  checkpoint.meta.seed = options_.seed;
+  const std::string path = checkpoints_.save(
+      applied_.global_step, serialize_checkpoint(checkpoint, *model_, optimizer_.get()));
+  last_checkpoint_step_ = applied_.global_step;
+  log::info("checkpoint {} ({:.2f} s) of step {}, the last one applied: {}", path,
+            seconds_between(start, Clock::now()), applied_.global_step,
+            ddp::detail::AbortNotice::message());
+}
+
 void FitRun::save_checkpoint(int64_t at_epoch, int64_t at_batch) {
   if (options_.checkpoint_dir.empty() || last_checkpoint_step_ == global_step_) return;
   const auto start = Clock::now();
@@ -727,6 +807,7 @@ void FitRun::save_checkpoint(int64_t at_epoch, int64_t at_batch) {
   checkpoint.meta.reference_world_size = reference_world_;
   checkpoint.meta.seed = options_.seed;
   checkpoint.rng_states = gather_rng_states(comm_);
+  std::lock_guard<std::mutex> lock(position_mu_);
   last_checkpoint_step_ = global_step_;
   if (rank_ != 0) return;
   const std::string path =

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -111,6 +112,58 @@ TEST(AbortNotice, AWatchedFileEndsABlockedProcessWithTheCommErrorInItsErrorFile)
       << error;
   EXPECT_NE(error.find("collective failed on rank 3"), std::string::npos) << error;
   std::filesystem::remove_all(dir);
+}
+
+// The last words (the trainer's checkpoint of its last step): the watcher says them before it
+// ends a process blocked where nothing wakes it; said once, however many threads ask.
+TEST(AbortNotice, TheWatcherSaysTheLastWordsOnceBeforeEndingABlockedProcess) {
+  char dir[] = "/tmp/ddp-abort-notice-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  static std::string abort_file, words_file;
+  abort_file = std::string(dir) + "/abort";
+  words_file = std::string(dir) + "/words";
+  const auto [status, took] = in_child(
+      [] {
+        ::setenv("DDP_ABORT_FILE", abort_file.c_str(), 1);
+        ::unsetenv("TORCHELASTIC_ERROR_FILE");
+        AbortNotice::set_last_words([] { std::ofstream(words_file, std::ios::app) << "said\n"; });
+        AbortNotice::watch_file_from_environment(0);
+        std::this_thread::sleep_for(30s);  // blocked, as in gloo
+        return 1;
+      },
+      20s,
+      [] {
+        std::this_thread::sleep_for(300ms);
+        std::ofstream(abort_file) << "node 1 (pod-1) was lost\n";
+      });
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), exit_code::kComm);
+  EXPECT_EQ(read_text(words_file), "said\n");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(AbortNotice, LastWordsAreSaidOnceAndClearingThemWaitsForTheirEnd) {
+  const auto [status, took] = in_child(
+      [] {
+        static std::atomic<int> said{0};
+        static std::atomic<bool> done{false};
+        AbortNotice::set_last_words([] {
+          ++said;
+          std::this_thread::sleep_for(300ms);
+          done = true;
+        });
+        std::thread first([] { AbortNotice::say_last_words(); });
+        std::this_thread::sleep_for(50ms);
+        AbortNotice::say_last_words();  // waits for the first, says nothing more
+        if (!done) return 1;
+        AbortNotice::set_last_words([] { ++said; });
+        AbortNotice::set_last_words(nullptr);
+        AbortNotice::say_last_words();
+        first.join();
+        return said == 1 ? 0 : 2;
+      },
+      10s);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 }  // namespace

@@ -12,8 +12,9 @@
           --max-restarts 0.
   vanish: both pods train; pod 1 drops off the network without a word (its link cut, its
           processes left running). Pod 0 must declare it lost by its heartbeat (3 x 5 s),
-          naming it, its trainer giving up with a CommError that names pod 1 (not killed), and
-          go on alone from its last checkpoint, with --max-restarts 0; the time is printed.
+          naming it, its trainer giving up with a CommError that names pod 1 (not killed) after
+          checkpointing the last step it applied, and go on alone from that step, with
+          --max-restarts 0; the time is printed.
 Each is compared with fixed-size runs (1 pod, 2 pods) of the same training: every round and its
 world size must show in the logs, and the test accuracy must be within the tolerance of the
 fixed run of the size the training began with (same learning-rate policy: the rate given is for
@@ -360,6 +361,19 @@ def main():
                   and re.search(r"resumed from \S+checkpoint-", out0) is not None,
                   f"exit {code}: {out0[-500:]}")
             check_timeline("vanish", out0, r"node 1 \(pod-1\) was lost", 1, 1)
+            # Pod 0's rank 0, told why, checkpoints the last step it applied before it ends
+            # (its last words), so the new world redoes at most the step that was in flight.
+            last = re.search(r"(?:of step|\] step) (\d+), the last one applied(?:, is checkpointed "
+                             r"already)?: aborted by ddprun: node 1 \(pod-1\) was lost", out0)
+            resumed = re.search(r"resumed from \S+ \(epoch \d+, batch \d+, step (\d+)\)", out0)
+            steps = [int(m.group(1)) for m in re.finditer(r"epoch \d+/3 step (\d+)/\d+ ",
+                                                           out0.split("was lost")[0])]
+            check("vanish: the new world resumed from the last step applied before the loss",
+                  last is not None and resumed is not None
+                  and resumed.group(1) == last.group(1),
+                  (last.group(0) if last else "no last-step checkpoint") + " | "
+                  + (resumed.group(0) if resumed else "not resumed")
+                  + f" | last step logged before the loss: {steps[-1] if steps else None}")
     finally:
         for a in agents:
             a.close()
