@@ -336,8 +336,9 @@ class NotFoundServer {
       const std::string answer =
           "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n"
           "Connection: close\r\n\r\nNot Found\n";
-      (void)!send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
+      // Counted before the answer goes: the client may check the count as soon as it reads it.
       ++answered_;
+      (void)!send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
       close(c);
     }
   }
