@@ -545,13 +545,17 @@ void StoreRendezvous::admit_round_members(int round) {
   // Written with the places, which this node has read: there already.
   member_addresses_ =
       json::parse(store_->get(key(round, "addresses"))).get<std::vector<std::string>>();
+  admit_member_addresses();
+  ddp::log::debug("the store admits the workers of round {}'s members: {}", round,
+                  json(member_addresses_).dump());
+}
+
+void StoreRendezvous::admit_member_addresses() {
   std::vector<std::string> admitted;
   for (const std::string& a : member_addresses_) {
     if (!a.empty()) admitted.push_back(a);
   }
   agents_server_->admit_members(admitted);
-  ddp::log::debug("the store admits the workers of round {}'s members: {}", round,
-                  json(admitted).dump());
 }
 
 void StoreRendezvous::stand_in_for_lost(int round, int group_rank) {
@@ -560,11 +564,7 @@ void StoreRendezvous::stand_in_for_lost(int round, int group_rank) {
   const auto g = static_cast<std::size_t>(group_rank);
   if (agents_server_ && g < member_addresses_.size() && !member_addresses_[g].empty()) {
     member_addresses_[g].clear();
-    std::vector<std::string> admitted;
-    for (const std::string& a : member_addresses_) {
-      if (!a.empty()) admitted.push_back(a);
-    }
-    agents_server_->admit_members(admitted);
+    admit_member_addresses();
   }
   if (store_->add(key(round, "lost/" + std::to_string(group_rank)), 1) != 1) return;
   store_->add(key(round, "stopped"), 1);

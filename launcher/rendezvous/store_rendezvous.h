@@ -76,6 +76,8 @@ class StoreRendezvous : public Rendezvous {
   // On the store's host: from now on the agents' store admits by address only the workers of
   // the round's members that are not lost (their agents' addresses as the store saw them).
   void admit_round_members(int round);
+  // Hands the store member_addresses_ (less the empty ones: lost, or no token presented).
+  void admit_member_addresses();
   // Closes this node's round's workers' store and its connection to node 0's.
   void release_worker_store();
   // Where node 0's workers' store is reached: MASTER_ADDR.

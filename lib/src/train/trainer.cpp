@@ -223,6 +223,9 @@ class FitRun {
   void train();
   // Marks the current counters as a step applied (under position_mu_).
   void note_applied();
+  // A checkpoint's meta for the training at `at`, in this world.
+  struct Position;
+  CheckpointMeta meta_at(const Position& at) const;
   // The window's compute and wait times of every rank (collective); rank 0 names stragglers.
   void report_stragglers();
   // Preemption or the final checkpoint, and the end record.
@@ -767,6 +770,20 @@ void FitRun::note_applied() {
   applied_ = {epoch_, batch_in_epoch_, epoch_offset_, global_step_};
 }
 
+CheckpointMeta FitRun::meta_at(const Position& at) const {
+  CheckpointMeta meta;
+  meta.model = model_->spec();
+  meta.class_names = train_set_.class_names;
+  meta.epoch = at.epoch;
+  meta.batch_in_epoch = at.batch_in_epoch;
+  meta.global_step = at.global_step;
+  meta.world_size = world_;
+  meta.epoch_offset = at.epoch_offset;
+  meta.reference_world_size = reference_world_;
+  meta.seed = options_.seed;
+  return meta;
+}
+
 void FitRun::save_last_step() {
   std::lock_guard<std::mutex> lock(position_mu_);
   if (applied_.global_step == last_checkpoint_step_) {
@@ -776,15 +793,7 @@ void FitRun::save_last_step() {
   }
   const auto start = Clock::now();
   Checkpoint checkpoint;
-  checkpoint.meta.model = model_->spec();
-  checkpoint.meta.class_names = train_set_.class_names;
-  checkpoint.meta.epoch = applied_.epoch;
-  checkpoint.meta.batch_in_epoch = applied_.batch_in_epoch;
-  checkpoint.meta.global_step = applied_.global_step;
-  checkpoint.meta.world_size = world_;
-  checkpoint.meta.epoch_offset = applied_.epoch_offset;
-  checkpoint.meta.reference_world_size = reference_world_;
-  checkpoint.meta.seed = options_.seed;
+  checkpoint.meta = meta_at(applied_);
   const std::string path = checkpoints_.save(
       applied_.global_step, serialize_checkpoint(checkpoint, *model_, optimizer_.get()));
   last_checkpoint_step_ = applied_.global_step;
@@ -797,15 +806,7 @@ void FitRun::save_checkpoint(int64_t at_epoch, int64_t at_batch) {
   if (options_.checkpoint_dir.empty() || last_checkpoint_step_ == global_step_) return;
   const auto start = Clock::now();
   Checkpoint checkpoint;
-  checkpoint.meta.model = model_->spec();
-  checkpoint.meta.class_names = train_set_.class_names;
-  checkpoint.meta.epoch = at_epoch;
-  checkpoint.meta.batch_in_epoch = at_batch;
-  checkpoint.meta.global_step = global_step_;
-  checkpoint.meta.world_size = world_;
-  checkpoint.meta.epoch_offset = epoch_offset_;
-  checkpoint.meta.reference_world_size = reference_world_;
-  checkpoint.meta.seed = options_.seed;
+  checkpoint.meta = meta_at({at_epoch, at_batch, epoch_offset_, global_step_});
   checkpoint.rng_states = gather_rng_states(comm_);
   std::lock_guard<std::mutex> lock(position_mu_);
   last_checkpoint_step_ = global_step_;

@@ -269,14 +269,6 @@ TEST(JoinAuth, AProofAnswersOnlyItsOwnChallengeOnce) {
   EXPECT_EQ(server.stats().refused, 6u);
 }
 
-long rss_kib() {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
-
 // One fuzzed handshake: a valid one with one thing wrong, picked by `kind`. Returns whether the
 // connection it ran on should be admitted (only the untouched handshake).
 bool fuzzed_handshake(Raw& c, std::mt19937_64& rng, int kind) {

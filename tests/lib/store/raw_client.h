@@ -1,6 +1,7 @@
 #pragma once
 // A raw TCP client for the store server's tests: it sends whatever bytes it is given and reads
-// what comes back, so that a test can speak the wire protocol (store/wire.h) byte by byte.
+// what comes back, so that a test can speak the wire protocol (store/wire.h) byte by byte; and
+// the process's resident memory, which those tests bound.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -9,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -90,6 +92,15 @@ inline std::string validate() {
   store::Writer w;
   w.u8(0).value(store::kValidationMagic);
   return w.data();
+}
+
+// This process's resident memory, KiB (/proc/self/status): what a test lets the server grow by.
+inline long rss_kib() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
 }
 
 }  // namespace ddp

@@ -47,14 +47,6 @@ std::string vec(const std::string& s) {
   return w.data();
 }
 
-long rss_kib() {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
-
 TEST(StoreServer, ServesBothDialectsOnOnePort) {
   StoreServer server({});
   Raw legacy(server.port());
