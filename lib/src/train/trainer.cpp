@@ -4,7 +4,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -213,9 +216,15 @@ class FitRun {
     return epoch_ * steps_per_epoch_ + epoch_offset_ / batch_images_ + batch_in_epoch_;
   }
   double learning_rate(int64_t progress) const { return schedule_.at(progress) * lr_scale_; }
-  // A checkpoint of the current step (once per step), written by rank 0.
+  // A checkpoint of the current step (once per step), written by rank 0 and by the lowest rank
+  // of each other volume (find_volumes).
   void save_checkpoint(int64_t at_epoch, int64_t at_batch);
-  // Rank 0's last words when ddprun aborts the collectives (a node was lost: AbortNotice): a
+  // Whether this rank writes checkpoints: rank 0, and the lowest rank that sees its checkpoint
+  // directory as no lower rank does (a volume per pod, emptyDir), so that the state outlives
+  // the loss of any pod. Each rank leaves a marker in its directory, and looks for those of the
+  // lower ranks: rank 0's first, then the nearest (a pod's ranks are usually contiguous).
+  void find_volumes();
+  // The writers' last words when ddprun aborts the collectives (a node was lost: AbortNotice): a
   // checkpoint of the last step applied, written without a collective (no generator states),
   // so that the next world redoes only the step in flight. From any thread.
   void save_last_step();
@@ -274,6 +283,7 @@ class FitRun {
   bool stop_voted_ = false;  // a stop voted for during the group, taken at its end
   int64_t global_step_ = 0;
   int64_t last_checkpoint_step_ = -1;  // the step of the last checkpoint; -1: none yet
+  bool writes_checkpoints_ = false;    // find_volumes
   // The position after the last optimizer step applied, and the lock that keeps the model and
   // the optimizer at it while save_last_step reads them from another thread (last words).
   struct Position {
@@ -328,10 +338,11 @@ data::DataLoader FitRun::make_loader(const data::ImageDataset& train_set,
 }
 
 TrainResult FitRun::run() {
+  if (!options_.checkpoint_dir.empty()) find_volumes();
   if (!options_.checkpoint_dir.empty() && options_.resume) resume();
   prepare();
   note_applied();
-  const bool last_words = rank_ == 0 && !options_.checkpoint_dir.empty();
+  const bool last_words = writes_checkpoints_;
   if (last_words) ddp::detail::AbortNotice::set_last_words([this] { save_last_step(); });
   struct Clear {
     bool on;
@@ -358,6 +369,36 @@ void FitRun::train() {
       break;
     }
     end_epoch(stats);
+  }
+}
+
+void FitRun::find_volumes() {
+  namespace fs = std::filesystem;
+  const fs::path dir = options_.checkpoint_dir;
+  std::string nonce;
+  if (rank_ == 0) {
+    std::random_device random;
+    nonce = fmt::format("{:08x}{:08x}", random(), random());
+  }
+  nonce = broadcast_string(comm_, nonce, 0);
+  const auto marker = [&](int r) { return dir / fmt::format(".volume-{}-{}", nonce, r); };
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!std::ofstream(marker(rank_))) {
+    throw DataError(marker(rank_).string(),
+                    "cannot write in the checkpoint directory; check --checkpoint-dir and its "
+                    "volume's permissions");
+  }
+  comm_.barrier();
+  writes_checkpoints_ = rank_ == 0 || !fs::exists(marker(0), ec);
+  for (int r = rank_ - 1; r > 0 && writes_checkpoints_; --r) {
+    writes_checkpoints_ = !fs::exists(marker(r), ec);
+  }
+  comm_.barrier();
+  fs::remove(marker(rank_), ec);
+  if (rank_ != 0 && writes_checkpoints_) {
+    log::info("{} is a volume of its own (rank 0 does not see it): this rank checkpoints there too",
+              dir.string());
   }
 }
 
@@ -810,7 +851,7 @@ void FitRun::save_checkpoint(int64_t at_epoch, int64_t at_batch) {
   checkpoint.rng_states = gather_rng_states(comm_);
   std::lock_guard<std::mutex> lock(position_mu_);
   last_checkpoint_step_ = global_step_;
-  if (rank_ != 0) return;
+  if (!writes_checkpoints_) return;
   const std::string path =
       checkpoints_.save(global_step_, serialize_checkpoint(checkpoint, *model_, optimizer_.get()));
   const double seconds = seconds_between(start, Clock::now());

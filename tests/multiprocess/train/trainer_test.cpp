@@ -1,6 +1,7 @@
 // The trainer across real ranks: resuming from a checkpoint continues exactly as an uninterrupted
 // run, sharded evaluation equals evaluation in one process, the schedule, and option checks.
 #include <torch/torch.h>
+#include <filesystem>
 
 #include <chrono>
 #include <cmath>
@@ -86,7 +87,9 @@ bool on_two_ranks(const std::function<void(Communicator&)>& body) { return on_ra
 // A run interrupted at step 4 and resumed by a fresh trainer with fresh weights ends with the
 // weights of an uninterrupted run. `per_rank`: each rank has a checkpoint directory of its own
 // (a volume per pod), so rank 1 has none and takes the state rank 0 sends.
-void expect_resumed_run_equals_uninterrupted_run(bool per_rank) {
+// `per_rank`: each rank checkpoints to a folder of its own (a volume per pod), and the folder of
+// rank `wiped` is emptied before the resume (its pod was replaced, with a fresh emptyDir).
+void expect_resumed_run_equals_uninterrupted_run(bool per_rank, int wiped = -1) {
   testing::TempDir dir;
   EXPECT_TRUE(on_two_ranks([&](Communicator& comm) {
     const auto train_set = synthetic(96, 1);  // 6 steps per epoch per rank at batch 8
@@ -97,6 +100,11 @@ void expect_resumed_run_equals_uninterrupted_run(bool per_rank) {
     const TrainResult a =
         Trainer(comm, whole, train_set, test_set, small_options(dir.file("a"))).fit();
     require(a.global_step == 12, "uninterrupted run took " + std::to_string(a.global_step));
+    std::set<int64_t> steps;
+    const auto written = CheckpointDirectory(dir.file("a"), 3).list();
+    for (const auto& path : written) steps.insert(CheckpointDirectory::step_of(path).value_or(-1));
+    require(!written.empty() && steps.size() == written.size(),
+            "a shared folder holds one checkpoint per step (one writer)");
 
     const std::string b =
         per_rank ? dir.file("b-rank" + std::to_string(comm.rank())) : dir.file("b");
@@ -106,14 +114,15 @@ void expect_resumed_run_equals_uninterrupted_run(bool per_rank) {
     const TrainResult b1 = Trainer(comm, part, train_set, test_set, first).fit();
     require(b1.global_step == 4, "first part ended at " + std::to_string(b1.global_step));
     if (per_rank) {
-      require(CheckpointDirectory(b, 3).list().empty() == (comm.rank() != 0),
-              "only rank 0 writes checkpoints");
+      require(!CheckpointDirectory(b, 3).list().empty(), "each volume gets the checkpoints");
+      comm.barrier();
+      if (comm.rank() == wiped) std::filesystem::remove_all(b);
     }
     auto resumed = models::create_model(spec, 99);
     const TrainResult b2 = Trainer(comm, resumed, train_set, test_set, small_options(b)).fit();
     require(b2.resumed_from_step == 4, "resumed from " + std::to_string(b2.resumed_from_step));
-    require(b2.state_from_rank == (per_rank ? 0 : -1),
-            "state from rank " + std::to_string(b2.state_from_rank));
+    const int from = wiped < 0 ? -1 : 1 - wiped;
+    require(b2.state_from_rank == from, "state from rank " + std::to_string(b2.state_from_rank));
     require(b2.global_step == 12, "resumed run ended at " + std::to_string(b2.global_step));
 
     const auto pa = parameters_of(*whole);
@@ -133,8 +142,16 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
   expect_resumed_run_equals_uninterrupted_run(/*per_rank=*/false);
 }
 
-TEST(Trainer, ARankWithoutTheCheckpointTakesTheStateFromThePeerThatHasIt) {
+TEST(Trainer, EachVolumeHoldsTheCheckpointsSoAnyRankResumesFromItsOwn) {
   expect_resumed_run_equals_uninterrupted_run(/*per_rank=*/true);
+}
+
+TEST(Trainer, ARankWithoutTheCheckpointTakesTheStateFromThePeerThatHasIt) {
+  expect_resumed_run_equals_uninterrupted_run(/*per_rank=*/true, /*wiped=*/1);
+}
+
+TEST(Trainer, WhenRankZerosVolumeIsLostTheStateComesFromTheOtherVolume) {
+  expect_resumed_run_equals_uninterrupted_run(/*per_rank=*/true, /*wiped=*/0);
 }
 
 // A classifier without dropout or batch statistics, so that the same samples in other groupings
