@@ -379,6 +379,13 @@ std::optional<int> survivors_after(const FailureReport& cause, const NodeAssignm
   return std::nullopt;
 }
 
+// A node lost by its heartbeat may instead be this side of a partition: the next round needs at
+// least half of this one's nodes (the store's side; the other side, which moves the store, needs
+// more than half: rendezvous.h). A node that left said so: none.
+int quorum_after(const FailureReport& cause, const NodeAssignment& node) {
+  return cause.kind == "lost" ? (node.group_world_size + 1) / 2 : 0;
+}
+
 }  // namespace
 
 std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment& node,
@@ -387,6 +394,13 @@ std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment
   const AfterRound decision =
       decide_after_round(outcome, elastic, node.restarts, config_.max_restarts);
   if (decision == AfterRound::kStoreLost) {
+    // An elastic group moves its store to a surviving node and goes on (rendezvous.h).
+    if (elastic && rendezvous.fail_over(node.restarts)) {
+      change_.emplace("the rendezvous store's host was lost",
+                      outcome.stop_began.value_or(std::chrono::steady_clock::now()),
+                      std::chrono::steady_clock::now());
+      return std::nullopt;
+    }
     ddp::log::error("the rendezvous store stopped answering: {}", outcome.detail);
     return ddp::exit_code::kRendezvous;
   }
@@ -398,7 +412,11 @@ std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment
       change_.emplace(outcome.root_cause->headline(),
                       outcome.stop_began.value_or(std::chrono::steady_clock::now()),
                       std::chrono::steady_clock::now());
-      rendezvous.advance(node.round, node.restarts, survivors_after(*outcome.root_cause, node));
+      if (rendezvous.move_store_from_leaving_host(*outcome.root_cause, node.restarts)) {
+        return std::nullopt;
+      }
+      rendezvous.advance(node.round, node.restarts, survivors_after(*outcome.root_cause, node),
+                         quorum_after(*outcome.root_cause, node));
       return std::nullopt;
     case AfterRound::kLeave:
       // This node is going away (its pod is being deleted): report and leave promptly.
@@ -410,7 +428,7 @@ std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment
       report(*outcome.root_cause);
       ddp::log::warn("restarting the group: restart {} of {}", node.restarts + 1,
                      config_.max_restarts);
-      rendezvous.advance(node.round, node.restarts + 1, std::nullopt);
+      rendezvous.advance(node.round, node.restarts + 1, std::nullopt, 0);
       return std::nullopt;
     default:
       break;

@@ -76,7 +76,8 @@ const std::vector<FlagSpec>& flag_specs() {
       {"rdzv-conf", "", true, "",
        "KEY=VALUE,... : join_timeout (s, 600), last_call_timeout (s, 30), read_timeout (s, 60), "
        "exit_barrier_timeout (s, 300), keep_alive_interval (s, 5), keep_alive_max_attempt (3), "
-       "is_host (c10d), token_file (the job's join token; DDPRUN_RDZV_TOKEN_FILE); etcd: "
+       "is_host (c10d), token_file (the job's join token; DDPRUN_RDZV_TOKEN_FILE), store_peers "
+       "(HOST;HOST;...: where a moved store may be; an Indexed Job's pod names); etcd: "
        "etcd_prefix (/ddprun), protocol (http|https), cacert, cert, key"},
       {"standalone", "", false, "",
        "Single node: a private store on a free port, random run id (implies --nnodes 1)"},

@@ -48,6 +48,8 @@ void derive_indexed_job_master(PodPlacement& p, const HostFacts& host, int index
     return;
   }
   const std::string job = name.substr(0, name.size() - suffix.size());
+  p.pod_prefix = job + "-";
+  p.pod_domain = "." + subdomain;
   p.master_addr =
       Sourced<std::string>{job + "-0." + subdomain, "hostname " + name + " and FQDN " + fqdn};
 }

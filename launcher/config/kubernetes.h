@@ -34,6 +34,10 @@ struct PodPlacement {
   // index, completed by finish_jobset_node_rank once the node count is known.
   int jobset_job_index = 0;
   int jobset_replicas = 1;
+  // An Indexed Job's pods are named <pod_prefix><index><pod_domain> ("train-", ".train"): where
+  // an agent looks for a store that moved off pod 0 (LaunchConfig's store_peers).
+  std::string pod_prefix;
+  std::string pod_domain;
 };
 
 // `derive_master`: whether to work out the master address from the pod's names (it may resolve

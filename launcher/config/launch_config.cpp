@@ -180,6 +180,11 @@ void parse_rdzv_conf(const Sourced<std::string>& v, LaunchConfig& c) {
       c.rdzv.is_host = ddp::env::parse_bool(what, value);
     } else if (key == "token_file") {
       c.rdzv.token_file = value;
+    } else if (key == "store_peers") {
+      c.rdzv.store_peers.clear();
+      for (const auto& peer : split(value, ';')) {
+        if (!peer.empty()) c.rdzv.store_peers.push_back(peer);
+      }
     } else if (key == "etcd_prefix") {
       if (value.empty() || value.front() != '/') {
         throw ConfigError(what + "='" + value + "' must start with '/', e.g. /torchelastic/p2p");
@@ -619,6 +624,20 @@ std::vector<std::string> split_filter_list(const std::string& text) {
   return items;
 }
 
+namespace {
+
+// An elastic c10d job in an Indexed Job whose master came from the pod names: the store may move
+// to any of its pods, so each of their names is a place to look for it (store_peers).
+void derive_store_peers(const PodPlacement& pod, LaunchConfig& c) {
+  if (!c.rdzv.store_peers.empty() || pod.pod_prefix.empty()) return;
+  if (c.rdzv_backend != RdzvBackend::kC10d || c.min_nodes == c.max_nodes) return;
+  for (int i = 0; i < c.max_nodes; ++i) {
+    c.rdzv.store_peers.push_back(pod.pod_prefix + std::to_string(i) + pod.pod_domain);
+  }
+}
+
+}  // namespace
+
 LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
                                    const HostFacts& host) {
   LaunchConfig c;
@@ -630,6 +649,7 @@ LaunchConfig resolve_launch_config(const CommandLine& cli, const EnvMap& env,
   resolve_node_rank(cli, env, pod, c);
   resolve_store_endpoint(cli, env, pod, c);
   resolve_supervision(cli, env, host, c);
+  derive_store_peers(pod, c);
   resolve_timeouts(cli, env, c);
   resolve_compatibility(cli, env, c);
   resolve_output(cli, env, c);

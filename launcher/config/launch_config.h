@@ -57,6 +57,10 @@ struct RendezvousSettings {
   // store admits other hosts only once they did. Empty: no check. Never logged.
   std::string token_file;
   std::string join_token;
+  // Where a moved store may be (store_peers=HOST;HOST;..., or the Indexed Job's pod names
+  // <job>-<i>.<subdomain>): an agent that would serve the store, or cannot reach the endpoint,
+  // first looks there for the job's live store (rendezvous.h, "Store failover").
+  std::vector<std::string> store_peers;
   // etcd (torchrun's rdzv-conf keys): where the job's keys live, and TLS.
   std::string etcd_prefix = "/ddprun";
   std::string etcd_protocol = "http";

@@ -17,6 +17,17 @@
 // leaves because it was signalled. The next round then closes with the nodes present, and
 // --max-restarts counts only the rounds that ended in a failure (NodeAssignment::restarts).
 //
+// Store failover (elastic c10d jobs): every round records each member's address as the others
+// reach it, and which member hosts the store. When the store's host leaves or vanishes, the
+// round's other nodes move the store to the lowest of them by group rank that answers (the
+// next one after a window of the heartbeat limit and one interval, should that one be gone
+// too), seed the next round there (round, restarts, survivors) and go on; the round after a
+// move closes only with a majority of the last round's nodes, and the round after a node was
+// lost by its heartbeat with at least half of them (the store's side wins a tie), so a node cut
+// off alone does not train as a second job. An agent that would serve the store (a recreated pod
+// 0), or cannot reach the endpoint, first looks for the job's live store at the store peers
+// (rdzv-conf store_peers, or the Indexed Job's pod names) and joins it there.
+//
 // Workers' stores: round 0's workers use the agents' store (etcd-v2: a store the round's node 0
 // serves); from round 1 on, each round's node 0 serves its workers a fresh store and publishes
 // where. With TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 node 0 picks a port for worker rank 0 to
@@ -88,7 +99,17 @@ class Rendezvous {
   // Moves the job from `round` to the next one (idempotent across agents), whose NodeAssignment
   // will carry `restarts`: the failed rounds so far. After a loss, `survivors` is how many of
   // the round's nodes remain: the next round closes once they are all in, with no last call.
-  virtual void advance(int round, int restarts, std::optional<int> survivors) = 0;
+  // `quorum` > 0: the next round closes only with that many nodes, and fails after a while
+  // without them (a node lost by its heartbeat may be this side's partition: rendezvous.h).
+  virtual void advance(int round, int restarts, std::optional<int> survivors, int quorum) = 0;
+  // The store's host left or vanished: moves the store (above) and returns true once this node
+  // has a store again, for join() to go on from; false when it cannot (another backend, a job
+  // of fixed size, no round yet, this node hosted it). `restarts`: the failed rounds so far.
+  virtual bool fail_over(int restarts) = 0;
+  // The round ended because the store's host is leaving (signalled; it said so): moves the store
+  // at once, as fail_over does but with no majority needed, rather than forming the next round
+  // on a store about to go. False when `cause` is not that, or the store cannot move.
+  virtual bool move_store_from_leaving_host(const FailureReport& cause, int restarts) = 0;
   // Exit barrier after this node's workers all succeeded: waits for the other nodes, up to the
   // exit barrier timeout. Returns the round's failure if one is published meanwhile.
   virtual std::optional<FailureReport> finish(int round, int nodes) = 0;

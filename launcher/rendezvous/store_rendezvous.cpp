@@ -39,6 +39,9 @@ constexpr auto kProgressEvery = std::chrono::seconds(10);
 constexpr auto kPlacesWait = std::chrono::seconds(2);
 constexpr int kStandIns = 3;
 constexpr auto kReleaseWait = std::chrono::seconds(30);
+// While the endpoint does not answer, how often an agent looks for a moved store at its peers.
+constexpr auto kPeerLookEvery = std::chrono::seconds(2);
+constexpr auto kPeerProbe = std::chrono::milliseconds(300);
 // The longest pause between two polls of etcd (StoreRendezvous::poll_cap).
 constexpr auto kEtcdPollCap = std::chrono::milliseconds(250);
 
@@ -107,6 +110,8 @@ StoreRendezvous::StoreRendezvous(const LaunchConfig& config, const HostFacts& ho
   // this one then joins it, and hosts after all if that agent goes away first.
   may_host_ = host_it && config.rdzv_backend != RdzvBackend::kStatic &&
               !config.rdzv.is_host.value_or(false) && !config.node_rank;
+  // A recreated pod 0 finds the store its job moved to rather than serving a second one.
+  if (host_it && find_moved_store()) return;
   if (host_it && try_host()) return;
   connect_with_retry(deadline);
 }
@@ -142,8 +147,8 @@ bool StoreRendezvous::try_host() {
 StoreRendezvous::~StoreRendezvous() = default;
 
 std::string StoreRendezvous::where() const {
-  return (etcd_ ? "etcd at " : "the rendezvous store at ") + config_.store_host + ":" +
-         std::to_string(config_.store_port);
+  return (etcd_ ? "etcd at " : "the rendezvous store at ") + store_host_ + ":" +
+         std::to_string(store_port_);
 }
 
 std::shared_ptr<ddp::Store> StoreRendezvous::open_store(Clock::time_point deadline) {
@@ -181,25 +186,11 @@ void StoreRendezvous::connect_with_retry(Clock::time_point deadline) {
   const auto start = Clock::now();
   auto next_report = start + kFirstProgress;
   auto backoff = milliseconds(50);
-  std::string why;
+  auto next_peer_look = start;
   for (;;) {
     poll_interrupt_();
-    why = etcd_ ? std::string() : ddp::net::probe_tcp(store_host_, store_port_);
-    // Nothing serves the port this agent may host: the agent that took it went away first.
-    if (!why.empty() && may_host_ && try_host()) return;
-    if (why.empty()) {
-      try {
-        store_ = open_store(deadline);
-        ddp::log::debug("connected to {}", where());
-        return;
-      } catch (const ddp::JoinRefusedError&) {
-        throw;  // retrying cannot help
-      } catch (const ddp::StoreUnreachableError& e) {
-        why = e.cause();  // this loop says where, and for how long
-      } catch (const ddp::StoreError& e) {
-        why = e.what();
-      }
-    }
+    const std::string why = try_connect(deadline, next_peer_look);
+    if (why.empty()) return;
     const auto now = Clock::now();
     if (now >= deadline) {
       throw ddp::StoreError(
@@ -216,6 +207,32 @@ void StoreRendezvous::connect_with_retry(Clock::time_point deadline) {
     }
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
     backoff = std::min(backoff * 2, milliseconds(1000));
+  }
+}
+
+std::string StoreRendezvous::try_connect(Clock::time_point deadline,
+                                         Clock::time_point& next_peer_look) {
+  const std::string why = etcd_ ? std::string() : ddp::net::probe_tcp(store_host_, store_port_);
+  if (!why.empty()) {
+    // Nothing serves the port this agent may host: the agent that took it went away first.
+    if (may_host_ && try_host()) return "";
+    // Nothing at the endpoint: the store may have moved off it (rendezvous.h).
+    if (Clock::now() >= next_peer_look) {
+      if (find_moved_store()) return "";
+      next_peer_look = Clock::now() + kPeerLookEvery;
+    }
+    return why;
+  }
+  try {
+    store_ = open_store(deadline);
+    ddp::log::debug("connected to {}", where());
+    return "";
+  } catch (const ddp::JoinRefusedError&) {
+    throw;  // retrying cannot help
+  } catch (const ddp::StoreUnreachableError& e) {
+    return e.cause();  // the caller says where, and for how long
+  } catch (const ddp::StoreError& e) {
+    return e.what();
   }
 }
 
@@ -262,8 +279,8 @@ void StoreRendezvous::settle_worker_store(const NodeAssignment& node) {
 std::string StoreRendezvous::worker_store_address() const {
   // The name the other nodes reach this agent's store by (the master's, as torchrun gives it),
   // else --local-addr or the address that routes to the store.
-  if (hosts_store_) return config_.store_host;
-  return config_.local_addr.empty() ? ddp::net::local_address_towards(config_.store_host)
+  if (hosts_store_) return store_host_;
+  return config_.local_addr.empty() ? ddp::net::local_address_towards(store_host_)
                                     : config_.local_addr;
 }
 
@@ -285,6 +302,21 @@ std::string StoreRendezvous::key(int round, const std::string& name) const {
 }
 
 NodeAssignment StoreRendezvous::join() {
+  for (;;) {
+    try {
+      return join_current();
+    } catch (const ddp::JoinRefusedError&) {
+      throw;
+    } catch (const ddp::StoreError& e) {
+      if (!store_gone()) throw;
+      ddp::log::warn("the rendezvous store stopped answering while this node joined ({})",
+                     e.what());
+      if (!fail_over(next_restarts_)) throw;
+    }
+  }
+}
+
+NodeAssignment StoreRendezvous::join_current() {
   const auto deadline = Clock::now() + config_.rdzv.join_timeout;
   // The job's current round: "0" for the first agent ever, later the round in progress.
   int round = std::stoi(store_->compare_set("round", "", "0"));
@@ -293,6 +325,7 @@ NodeAssignment StoreRendezvous::join() {
     NodeAssignment node = try_join(round, deadline, late);
     if (!late) {
       node.restarts = restarts_before(round);
+      note_round_members(round);
       admit_round_members(round);
       settle_worker_store(node);
       return node;
@@ -336,12 +369,12 @@ void StoreRendezvous::assign_places(int round, int closed) {
     member_keys.push_back(key(round, "member/" + std::to_string(i)));
   const std::vector<std::string> records = store_->multi_get(member_keys);
   std::vector<RoundMember> members;
-  std::vector<std::string> address_of(static_cast<std::size_t>(closed) + 1);  // by join index
+  std::vector<json> record_of(static_cast<std::size_t>(closed) + 1);  // by join index
   for (int i = 1; i <= closed; ++i) {
     const json j = json::parse(records[static_cast<std::size_t>(i - 1)]);
     members.push_back({i, j.value("node_rank", -1), j.value("preferred", -1), j.value("nproc", 1),
                        j.value("host", "")});
-    address_of[static_cast<std::size_t>(i)] = j.value("address", "");
+    record_of[static_cast<std::size_t>(i)] = j;
   }
   std::vector<std::string> place_keys;
   for (int i = 1; i <= closed; ++i) place_keys.push_back(key(round, "place/" + std::to_string(i)));
@@ -361,15 +394,22 @@ void StoreRendezvous::assign_places(int round, int closed) {
   order_members(members);  // member_order.h
   int world_size = 0;
   json addresses = json::array();
+  json reach = {{"addresses", json::array()}, {"store_host", -1}};
   for (const RoundMember& m : members) {
     world_size += m.nproc;
-    addresses.push_back(address_of[static_cast<std::size_t>(m.join_index)]);
+    const json& record = record_of[static_cast<std::size_t>(m.join_index)];
+    addresses.push_back(record.value("address", ""));
+    if (record.value("hosts_store", false)) reach["store_host"] = reach["addresses"].size();
+    reach["addresses"].push_back(record.value("reach", ""));
   }
   std::vector<std::string> places(place_keys.size());
   int offset = 0;
   // The members' agents' addresses by group rank: the store's host admits their workers.
   place_keys.push_back(key(round, "addresses"));
   places.push_back(addresses.dump());
+  // Where each member is reached, and which one hosts the store: where the store moves to.
+  place_keys.push_back(key(round, "reach"));
+  places.push_back(reach.dump());
   for (int g = 0; g < closed; ++g) {
     const RoundMember& m = members[static_cast<std::size_t>(g)];
     places[static_cast<std::size_t>(m.join_index - 1)] =
@@ -389,8 +429,9 @@ void StoreRendezvous::wait_until_closed(int round, Clock::time_point start,
                                         Clock::time_point deadline) {
   // After a loss the agent that ended the previous round wrote how many nodes survived it
   // (advance); it did so before it moved the job on, so the key is there for every survivor.
-  const std::string expected_key = key(round, "survivors_expected");
-  const int expected = store_->check({expected_key}) ? std::stoi(store_->get(expected_key)) : -1;
+  // After the store moved, the round also needs a majority of the previous round's nodes.
+  const int expected = count_or(key(round, "survivors_expected"), -1);
+  const int quorum = count_or(key(round, "quorum"), 0);
   auto backoff = milliseconds(1);
   auto next_report = start + kFirstProgress;
   std::optional<Clock::time_point> min_reached;
@@ -398,13 +439,20 @@ void StoreRendezvous::wait_until_closed(int round, Clock::time_point start,
     poll_interrupt_();
     const auto now = Clock::now();
     const int joined = static_cast<int>(store_->add(key(round, "joined"), 0));
-    if (joined >= config_.min_nodes) {
+    if (joined >= std::max(config_.min_nodes, quorum)) {
       if (!min_reached) min_reached = now;
       if (now - *min_reached >= config_.rdzv.last_call_timeout ||
           survivors_in(round, expected, joined)) {
         store_->compare_set(key(round, "closed"), "", std::to_string(joined));
         continue;
       }
+    }
+    if (quorum > 0 && joined < quorum && now - start >= 2 * failover_window()) {
+      throw ddp::StoreError(fmt::format(
+          "only {} of round {}'s nodes joined round {} within {:.0f} s, fewer than the {} it needs "
+          "after a node was lost: this node may be cut off from the others, and stops rather "
+          "than train as a second job; check the network between the pods",
+          joined, round - 1, round, seconds_of(now - start), quorum));
     }
     if (now >= deadline) {
       throw ddp::StoreError(
@@ -415,21 +463,30 @@ void StoreRendezvous::wait_until_closed(int round, Clock::time_point start,
           "store address, or raise --rdzv-conf join_timeout");
     }
     if (now >= next_report) {
-      if (min_reached) {
-        ddp::log::info(
-            "{} nodes joined round {}, at least {} and at most {}: it closes {:.0f} s after the "
-            "minimum was reached (last_call_timeout) unless {} join first",
-            joined, round, config_.min_nodes, config_.max_nodes,
-            seconds_of(config_.rdzv.last_call_timeout), config_.max_nodes);
-      } else {
-        ddp::log::info("waiting for nodes: {} of {} joined round {} after {:.0f} s", joined,
-                       config_.min_nodes, round, seconds_of(now - start));
-      }
+      report_waiting(round, joined, min_reached.has_value(), start);
       next_report = now + kProgressEvery;
     }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, poll_cap(milliseconds(50)));
   }
+}
+
+void StoreRendezvous::report_waiting(int round, int joined, bool min_reached,
+                                     Clock::time_point start) {
+  if (min_reached) {
+    ddp::log::info(
+        "{} nodes joined round {}, at least {} and at most {}: it closes {:.0f} s after the "
+        "minimum was reached (last_call_timeout) unless {} join first",
+        joined, round, config_.min_nodes, config_.max_nodes,
+        seconds_of(config_.rdzv.last_call_timeout), config_.max_nodes);
+  } else {
+    ddp::log::info("waiting for nodes: {} of {} joined round {} after {:.0f} s", joined,
+                   config_.min_nodes, round, seconds_of(Clock::now() - start));
+  }
+}
+
+int StoreRendezvous::count_or(const std::string& k, int fallback) {
+  return store_->check({k}) ? std::stoi(store_->get(k)) : fallback;
 }
 
 bool StoreRendezvous::survivors_in(int round, int expected, int joined) {
@@ -450,7 +507,9 @@ NodeAssignment StoreRendezvous::try_join(int round, Clock::time_point deadline, 
              {"preferred", preferred_rank_},
              {"nproc", config_.nproc_per_node},
              {"host", config_.local_addr.empty() ? host_.hostname : config_.local_addr},
-             {"address", store_->seen_as()}};
+             {"address", store_->seen_as()},
+             {"reach", worker_store_address()},
+             {"hosts_store", hosts_store_}};
   store_->set(key(round, "member/" + std::to_string(index)), me.dump());
   if (index == config_.max_nodes)
     store_->compare_set(key(round, "closed"), "", std::to_string(index));
@@ -614,11 +673,11 @@ auto StoreRendezvous::monitored(Fn&& fn) -> decltype(fn(std::declval<ddp::Store&
   } catch (const ddp::StoreError& e) {
     if (Clock::now() - start < heartbeat_limit() * 9 / 10) throw;  // not silence: say it as is
     throw ddp::StoreError(fmt::format(
-        "the rendezvous store's host (node 0, {}:{}) did not answer this node within {:.1f} s: "
+        "the rendezvous store's host ({}:{}) did not answer this node within {:.1f} s: "
         "its pod vanished without closing its connections (deleted, powered off, or cut off "
         "from the network) ({})",
-        config_.store_host, config_.store_port,
-        std::chrono::duration<double>(heartbeat_limit()).count(), e.what()));
+        store_host_, store_port_, std::chrono::duration<double>(heartbeat_limit()).count(),
+        e.what()));
   }
 }
 
@@ -652,14 +711,146 @@ int StoreRendezvous::restarts_before(int round) {
   return std::stoi(store_->get(key(round, "restarts")));
 }
 
-void StoreRendezvous::advance(int round, int restarts, std::optional<int> survivors) {
+void StoreRendezvous::advance(int round, int restarts, std::optional<int> survivors, int quorum) {
   release_worker_store();  // the round is over: its workers are gone
+  next_restarts_ = restarts;
   // The first agent's count stands: every agent of the round computes the same one.
   store_->compare_set(key(round + 1, "restarts"), "", std::to_string(restarts));
   if (survivors) {
     store_->compare_set(key(round + 1, "survivors_expected"), "", std::to_string(*survivors));
   }
+  if (quorum > 0) store_->compare_set(key(round + 1, "quorum"), "", std::to_string(quorum));
   store_->compare_set("round", std::to_string(round), std::to_string(round + 1));
+}
+
+milliseconds StoreRendezvous::failover_window() const {
+  // Every node sees a silent host within the heartbeat limit of its last answered beat, and the
+  // nodes beat up to an interval apart.
+  return heartbeat_limit() + config_.rdzv.keep_alive_interval;
+}
+
+void StoreRendezvous::note_round_members(int round) {
+  // Written with the places, which this node has read: there already.
+  const json j = json::parse(store_->get(key(round, "reach")));
+  reach_ = j.at("addresses").get<std::vector<std::string>>();
+  store_host_rank_ = j.value("store_host", -1);
+}
+
+bool StoreRendezvous::store_gone() const {
+  if (hosts_store_ || etcd_ || last_round_ < 0) return false;
+  return !ddp::net::probe_tcp(store_host_, store_port_, std::chrono::seconds(1)).empty();
+}
+
+bool StoreRendezvous::fail_over(int restarts) {
+  // The host may be lost or this node cut off: a majority of the round's nodes decides.
+  return move_store(restarts, static_cast<int>(reach_.size()) / 2 + 1);
+}
+
+bool StoreRendezvous::move_store_from_leaving_host(const FailureReport& cause, int restarts) {
+  if (hosts_store_ || store_host_rank_ < 0 || cause.kind != "agent" || cause.signal == 0 ||
+      cause.node_rank != store_host_rank_) {
+    return false;
+  }
+  // Its workers stopped with the others' (acknowledge_stop): it exits now, with the store.
+  ddp::log::info("node {}, the rendezvous store's host, is leaving: the store moves first",
+                 store_host_rank_);
+  return move_store(restarts, 0);
+}
+
+bool StoreRendezvous::move_store(int restarts, int quorum) {
+  if (etcd_ || config_.rdzv_backend == RdzvBackend::kStatic ||
+      config_.min_nodes == config_.max_nodes || hosts_store_ || reach_.empty()) {
+    return false;
+  }
+  const int nodes = static_cast<int>(reach_.size());
+  const int survivors = store_host_rank_ >= 0 ? nodes - 1 : nodes;
+  ddp::log::warn(
+      "the rendezvous store's host ({}:{}) is gone; round {}'s {} other nodes move the store to "
+      "the lowest of them that answers",
+      store_host_, store_port_, last_round_, survivors);
+  release_worker_store();
+  store_.reset();
+  monitor_store_.reset();
+  for (int g = 0; g < nodes; ++g) {
+    const std::string& address = reach_[static_cast<std::size_t>(g)];
+    if (g == store_host_rank_ || address.empty()) continue;
+    if (g == preferred_rank_) {  // this node's group rank in that round: it hosts now
+      store_host_ = address;
+      may_host_ = false;
+      try_host();  // throws when the port is taken here
+    } else if (!reach_store_at(address, Clock::now() + failover_window())) {
+      ddp::log::warn("node {} ({}) did not take the store over within {:.0f} s; trying the next", g,
+                     address, seconds_of(failover_window()));
+      continue;
+    }
+    store_host_rank_ = g;
+    ddp::log::warn("the rendezvous store moved to node {} of round {} ({}:{})", g, last_round_,
+                   store_host_, store_port_);
+    seed_round_after_move(restarts, survivors, quorum);
+    return true;
+  }
+  return false;
+}
+
+bool StoreRendezvous::reach_store_at(const std::string& address, Clock::time_point deadline) {
+  auto backoff = milliseconds(50);
+  for (;;) {
+    poll_interrupt_();
+    if (ddp::net::probe_tcp(address, config_.store_port, kPeerProbe).empty()) {
+      const std::string before = store_host_;
+      store_host_ = address;
+      store_port_ = config_.store_port;
+      try {
+        store_ = open_store(deadline);
+        return true;
+      } catch (const ddp::JoinRefusedError&) {
+        throw;
+      } catch (const ddp::StoreError& e) {
+        ddp::log::debug("{}:{} does not serve the store yet: {}", address, store_port_, e.what());
+        store_host_ = before;
+      }
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) return false;
+    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, milliseconds(500));
+  }
+}
+
+void StoreRendezvous::seed_round_after_move(int restarts, int survivors, int quorum) {
+  // Every survivor writes the same values; the first one's stand.
+  const int round = last_round_ + 1;
+  store_->compare_set("round", "", std::to_string(round));
+  store_->compare_set(key(round, "restarts"), "", std::to_string(restarts));
+  store_->compare_set(key(round, "survivors_expected"), "", std::to_string(survivors));
+  if (quorum > 0) store_->compare_set(key(round, "quorum"), "", std::to_string(quorum));
+}
+
+bool StoreRendezvous::find_moved_store() {
+  for (const std::string& peer : config_.rdzv.store_peers) {
+    if (peer == store_host_) continue;  // the endpoint: tried as usual
+    if (!ddp::net::probe_tcp(peer, config_.store_port, kPeerProbe).empty()) continue;
+    try {
+      auto live = ddp::Store::connect(peer, config_.store_port, config_.rdzv.read_timeout,
+                                      {config_.rdzv.join_token, ddp::StoreProtocol::kModern})
+                      ->with_prefix("ddprun/" + config_.run_id);
+      if (!live->check({"round"})) continue;  // another job's store, or one not started yet
+      const std::string round = live->get("round");
+      ddp::log::info(
+          "the job's rendezvous store moved to {}:{} (round {} in progress); joining it there "
+          "rather than at {}:{}",
+          peer, config_.store_port, round, store_host_, store_port_);
+      store_host_ = peer;
+      store_port_ = config_.store_port;
+      store_ = open_store(Clock::now() + config_.rdzv.read_timeout);
+      return true;
+    } catch (const ddp::JoinRefusedError&) {
+      throw;
+    } catch (const ddp::StoreError& e) {
+      ddp::log::debug("no store of this job at {}:{}: {}", peer, config_.store_port, e.what());
+    }
+  }
+  return false;
 }
 
 std::optional<FailureReport> StoreRendezvous::finish(int round, int nodes) {

@@ -47,7 +47,9 @@ class StoreRendezvous : public Rendezvous {
   std::vector<int64_t> beats(int round, int nodes) override;
   std::string node_host(int round, int group_rank) override;
   int nodes_waiting(int round) override;
-  void advance(int round, int restarts, std::optional<int> survivors) override;
+  void advance(int round, int restarts, std::optional<int> survivors, int quorum) override;
+  bool fail_over(int restarts) override;
+  bool move_store_from_leaving_host(const FailureReport& cause, int restarts) override;
   std::optional<FailureReport> finish(int round, int nodes) override;
   void linger_until_settled(int round, int nodes) override;
   void linger_until_stopped(int round, int nodes) override;
@@ -55,17 +57,41 @@ class StoreRendezvous : public Rendezvous {
   std::shared_ptr<ddp::Store> monitor_store(int round, const std::string& topic) override;
 
  private:
+  // join() on the current store: the job's round, and the next ones while this node is late.
+  NodeAssignment join_current();
   NodeAssignment try_join(int round, std::chrono::steady_clock::time_point deadline, bool& late);
   // Until the round closes: at the maximum node count; once the survivors of a loss are all in
   // (advance's `survivors`); or last_call_timeout after the minimum was reached.
   void wait_until_closed(int round, std::chrono::steady_clock::time_point start,
                          std::chrono::steady_clock::time_point deadline);
+  void report_waiting(int round, int joined, bool min_reached,
+                      std::chrono::steady_clock::time_point start);
+  // The round-scoped count `k`, or `fallback` when it was never written.
+  int count_or(const std::string& k, int fallback);
   // Whether the round's survivors of the previous one number `expected` (> 0) yet.
   bool survivors_in(int round, int expected, int joined);
   // The round's first joiner: orders the `closed` members and writes each one's place (or the
   // round's configuration error) under round<R>/place/<join index>.
   void assign_places(int round, int closed);
   void connect_with_retry(std::chrono::steady_clock::time_point deadline);
+  // One attempt of it: "" once connected (or hosting, or at a moved store), else why not.
+  std::string try_connect(std::chrono::steady_clock::time_point deadline,
+                          std::chrono::steady_clock::time_point& next_peer_look);
+  // Store failover (rendezvous.h): moves the store; the next round needs `quorum` nodes.
+  bool move_store(int restarts, int quorum);
+  // Whether the store of this node's last round stopped answering.
+  bool store_gone() const;
+  // Waits until `address` serves the store, up to `deadline`, and connects this agent to it.
+  bool reach_store_at(const std::string& address, std::chrono::steady_clock::time_point deadline);
+  // The next round on the moved store: round, restarts, survivors and the majority it needs.
+  void seed_round_after_move(int restarts, int survivors, int quorum);
+  // How long the survivors wait for a node to take the store over before trying the next.
+  std::chrono::milliseconds failover_window() const;
+  // The job's live store at one of the store peers (rdzv-conf store_peers): connects to it and
+  // returns true, else false at once.
+  bool find_moved_store();
+  // The round's members' addresses as the others reach them, and who hosts the store.
+  void note_round_members(int round);
   // Serves the rendezvous store on the endpoint's port: true when it does; false (logged) when
   // another agent holds the port and may_host_ allows joining it; else throws.
   bool try_host();
@@ -80,7 +106,9 @@ class StoreRendezvous : public Rendezvous {
   void admit_member_addresses();
   // Closes this node's round's workers' store and its connection to node 0's.
   void release_worker_store();
-  // Where node 0's workers' store is reached: MASTER_ADDR.
+  // Where this agent is reached by the other nodes: on the store's host the store's address, else
+  // --local-addr or the address that routes to the store. Node 0's also is its workers'
+  // MASTER_ADDR.
   std::string worker_store_address() const;
   std::chrono::milliseconds heartbeat_limit() const;
   // Runs fn on the monitoring connection (the store's own on its host and with etcd); a request
@@ -119,6 +147,11 @@ class StoreRendezvous : public Rendezvous {
   int store_port_ = 0;
   int preferred_rank_ = -1;  // group rank from the previous round, for nodes without a rank
   int last_round_ = -1;      // the last round this node had a place in
+  // That round's members' addresses (worker_store_address) by group rank, and the group rank
+  // whose agent hosted the store: where the store moves when its host is gone.
+  std::vector<std::string> reach_;
+  int store_host_rank_ = -1;
+  int next_restarts_ = 0;  // what advance() carried to the next round
 };
 
 }  // namespace ddprun

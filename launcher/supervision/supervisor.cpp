@@ -481,7 +481,7 @@ void Supervisor::Round::watch_store(bool any_running) {
   } catch (const ddp::StoreError& e) {
     ddp::log::error("lost the rendezvous store ({}); stopping this node's workers", e.what());
     abort_collectives(e.what());
-    round_.store_lost(e.what(), now);
+    round_.store_lost(e.what(), Clock::now());  // the request may have waited the heartbeat limit
     verdict_since_.reset();
   }
 }

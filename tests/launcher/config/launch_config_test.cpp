@@ -453,6 +453,28 @@ TEST(Kubernetes, IndexedJobDerivesRankAndMasterFromThePodNames) {
   EXPECT_NE(c.describe().find("train-0.train:29500"), std::string::npos) << c.describe();
 }
 
+TEST(Kubernetes, AnElasticIndexedJobLooksForAMovedStoreAtEachOfItsPods) {
+  const auto host = test_host("train-2", "train-2.train.default.svc.cluster.local");
+  auto c = resolve({"--rdzv-backend", "c10d", "--nnodes", "2:3", "a"},
+                   {{"JOB_COMPLETION_INDEX", "2"}}, host);
+  EXPECT_EQ(c.rdzv.store_peers,
+            (std::vector<std::string>{"train-0.train", "train-1.train", "train-2.train"}));
+  // Fixed size, or another backend: the store never moves.
+  EXPECT_TRUE(resolve({"--rdzv-backend", "c10d", "--nnodes", "3", "a"},
+                      {{"JOB_COMPLETION_INDEX", "2"}}, host)
+                  .rdzv.store_peers.empty());
+  EXPECT_TRUE(
+      resolve({"--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "etcd", "--nnodes", "2:3", "a"},
+              {{"JOB_COMPLETION_INDEX", "2"}}, host)
+          .rdzv.store_peers.empty());
+  // Given peers win; ';' separates them, since ',' separates the options.
+  auto given = resolve({"--rdzv-backend", "c10d", "--nnodes", "2:3", "--rdzv-conf",
+                        "store_peers=10.0.0.1;;10.0.0.2,join_timeout=5", "a"},
+                       {{"JOB_COMPLETION_INDEX", "2"}}, host);
+  EXPECT_EQ(given.rdzv.store_peers, (std::vector<std::string>{"10.0.0.1", "10.0.0.2"}));
+  EXPECT_EQ(given.rdzv.join_timeout, std::chrono::seconds(5));
+}
+
 TEST(Kubernetes, IndexedJobErrors) {
   const auto host = test_host("train-1", "train-1.train.default.svc.cluster.local");
   auto no_count = error_of({"a"}, {{"JOB_COMPLETION_INDEX", "1"}}, host);

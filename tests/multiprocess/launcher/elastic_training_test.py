@@ -15,12 +15,16 @@
           naming it, its trainer giving up with a CommError that names pod 1 (not killed) after
           checkpointing the last step it applied, and go on alone from that step, with
           --max-restarts 0; the time is printed.
-Each is compared with fixed-size runs (1 pod, 2 pods) of the same training: every round and its
+  failover (--scenarios failover; 3 pods, --nnodes 2:3): pod 0, the store's host, deleted
+          mid-epoch and recreated (one volume, then a volume per pod); its link cut instead
+          (--nnodes 1:3: the cut-off host must not go on alone); and a Python program under the
+          deletion. See store_failover, store_cut_off and store_failover_python.
+Each is compared with fixed-size runs (1 pod, 2 pods; 2 and 3 pods for failover) of the same training: every round and its
 world size must show in the logs, and the test accuracy must be within the tolerance of the
 fixed run of the size the training began with (same learning-rate policy: the rate given is for
 that size and is scaled linearly with the world size).
 
-  elastic_training_test.py DDPRUN TRAIN_MNIST [--tolerance PT] [--keep]"""
+  elastic_training_test.py DDPRUN TRAIN_MNIST [--tolerance PT] [--scenarios LIST] [--keep]"""
 import argparse
 import os
 import re
@@ -39,6 +43,11 @@ SUBNET = "10.214.9"
 TRAIN_ARGS = ["--epochs", "3", "--train-subset", "20000", "--test-subset", "0", "--threads", "1",
               "--log-every", "20", "--seed", "7"]
 results = []
+# The interpreters of the Python failover: Debian's torch 1.13, and PyTorch 2.6 in the trixie root.
+PYTHONS = ("/usr/bin/python3",
+           os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../interop/torch2-python"))
+# The fixed-size runs each scenario compares with.
+FIXED_SIZES = {"grow": (1, 2), "shrink": (1, 2), "vanish": (1, 2), "failover": (2, 3)}
 
 
 def check(name, ok, detail=""):
@@ -100,21 +109,31 @@ class Pods:
                     ["ip", "-n", bridge, "link", "set", "br0", "up"]):
             self._must(cmd)
         for i in range(self.count):
-            ns = self.ns(i)
-            self._add(ns)
-            for cmd in (["ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", f"p{i}",
-                         "netns", bridge],
-                        ["ip", "-n", ns, "addr", "add", f"{self.ip(i)}/24", "dev", "eth0"],
-                        ["ip", "-n", ns, "link", "set", "eth0", "up"],
-                        ["ip", "-n", ns, "link", "set", "lo", "up"],
-                        ["ip", "-n", bridge, "link", "set", f"p{i}", "master", "br0"],
-                        ["ip", "-n", bridge, "link", "set", f"p{i}", "up"]):
-                self._must(cmd)
-            os.makedirs(f"/etc/netns/{ns}", exist_ok=True)
-            with open(f"/etc/netns/{ns}/hosts", "w") as f:
-                f.write("127.0.0.1 localhost\n" +
-                        "".join(f"{self.ip(k)} pod-{k}\n" for k in range(self.count)))
+            self.create(i)
         return self
+
+    def create(self, i):
+        """Pod i's namespace, address and name, as the pod's first start or its recreation."""
+        ns, bridge = self.ns(i), f"{PREFIX}-br"
+        # A deleted pod's link goes with the last of its processes.
+        end = time.monotonic() + 10
+        while sh("ip", "-n", bridge, "link", "show", f"p{i}").returncode == 0 and time.monotonic() < end:
+            time.sleep(0.1)
+        self._add(ns)
+        # The same hardware address every time: a recreated pod keeps its name and address, so
+        # its peers' neighbour caches must stay right (Kubernetes would give it a new address).
+        for cmd in (["ip", "link", "add", "eth0", "address", f"02:00:0a:d6:09:{i + 1:02x}", "netns", ns,
+                     "type", "veth", "peer", "name", f"p{i}", "netns", bridge],
+                    ["ip", "-n", ns, "addr", "add", f"{self.ip(i)}/24", "dev", "eth0"],
+                    ["ip", "-n", ns, "link", "set", "eth0", "up"],
+                    ["ip", "-n", ns, "link", "set", "lo", "up"],
+                    ["ip", "-n", bridge, "link", "set", f"p{i}", "master", "br0"],
+                    ["ip", "-n", bridge, "link", "set", f"p{i}", "up"]):
+            self._must(cmd)
+        os.makedirs(f"/etc/netns/{ns}", exist_ok=True)
+        with open(f"/etc/netns/{ns}/hosts", "w") as f:
+            f.write("127.0.0.1 localhost\n" +
+                    "".join(f"{self.ip(k)} pod-{k}\n" for k in range(self.count)))
 
     def vanish(self, i):
         """Pod i drops off the network without a word (its cable cut, its namespace's name
@@ -200,23 +219,178 @@ def accuracy(text):
     return float(found[-1]) if found else None
 
 
-def agent_args(ddprun, train_mnist, pods, ckpt, nnodes, restarts=0, last_call=1):
+def agent_args(ddprun, train_mnist, pods, ckpt, nnodes, restarts=0, last_call=1, conf=""):
     return [ddprun, "--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"{pods.ip(0)}:29400", "--rdzv-id", "elastic",
-            "--rdzv-conf", f"last_call_timeout={last_call}", "--monitor-interval", "0.1",
+            "--rdzv-conf", f"last_call_timeout={last_call}{conf}", "--monitor-interval", "0.1",
             "--max-restarts", str(restarts), train_mnist, "--checkpoint-dir", ckpt,
             "--checkpoint-every", "20"] + TRAIN_ARGS
 
 
-def within_span(accuracy_reached, fixed, tolerance):
+def within_span(accuracy_reached, fixed, tolerance, sizes=(1, 2)):
     """A run that changed size part-way trained partly as a 1-pod and partly as a 2-pod job, at
     a split its join or leave time decides: its accuracy is expected between the two fixed runs'
     (which differ by a few tenths themselves), not next to one of them. Within `tolerance` points
     of that span."""
-    if accuracy_reached is None or fixed[1] is None or fixed[2] is None:
+    spans = [fixed.get(size) for size in sizes]
+    if accuracy_reached is None or None in spans:
         return False
-    low, high = min(fixed[1], fixed[2]), max(fixed[1], fixed[2])
+    low, high = min(spans), max(spans)
     return low - tolerance <= accuracy_reached <= high + tolerance
+
+
+def store_failover(start, work, fixed, tolerance, per_pod):
+    """failover: 3 pods train (--nnodes 2:3, the store peers named by rdzv-conf); pod 0, the
+    store's host, is deleted mid-epoch (SIGTERM to its agent, then its namespace removed). Pods 1
+    and 2 must move the store to pod 1 and go on as 2 nodes, without a restart, from the step pod
+    0's trainer checkpointed as it left. Pod 0 is then recreated with the same name and address:
+    it must find the store on pod 1 rather than serve a second one, and the group grows back to
+    3 nodes and finishes. Twice: with one checkpoint volume, and with a volume per pod (emptyDir),
+    where each pod's lowest rank checkpoints to its own, and the recreated pod 0 has an empty one
+    and takes the state from a peer."""
+    name = "failover (a volume per pod)" if per_pod else "failover"
+    ckpt = os.path.join(work, "failover-per-pod" if per_pod else "failover")
+    volume = (lambda i, again="": f"{ckpt}/pod{i}{again}") if per_pod else (lambda i, again="": ckpt)
+    with Pods(3) as pods:
+        conf = ",store_peers=" + ";".join(pods.ip(i) for i in range(3))
+        run = [start(pods, i, f"{name}-pod{i}", volume(i), "2:3", last_call=600, conf=conf)
+               for i in range(3)]
+        together = run[0].wait_for(r"epoch 1/3 step 20/", 240)
+        check(f"{name}: 3 pods train as one group, pod 0 serving the store",
+              together and "round 0: node 0 of 3" in run[0].output()
+              and "serving the rendezvous store" in run[0].output(), run[0].output()[-400:])
+        os.killpg(run[0].proc.pid, signal.SIGTERM)  # the kubelet deleting pod 0
+        left = run[0].wait(60)
+        pods.delete(0)
+        moved = r"the rendezvous store moved to node \d+ of round \d+ \(" + re.escape(pods.ip(1))
+        shrunk = run[1].wait_for(r"round \d+: node 0 of 2, ranks 0..0 of 2", 120) and \
+            run[1].wait_for(r"membership change .*first step \+[\d.]+ s", 60)
+        check(f"{name}: pod 0 leaves with its trainer's answer to SIGTERM (75)", left == 75,
+              f"exit {left}")
+        check(f"{name}: pods 1 and 2 move the store to pod 1 and go on as 2 nodes, no restart",
+              shrunk and all(re.search(moved, a.output()) for a in run[1:])
+              and "restarting the group" not in run[1].output(),
+              " | ".join(l for l in run[1].output().splitlines() if "store" in l or "round" in l)[-900:])
+        pods.create(0)
+        again = start(pods, 0, f"{name}-pod0-again", volume(0, "-again"), "2:3", last_call=600,
+                      conf=conf)
+        codes = [again.wait(400), run[1].wait(120), run[2].wait(120)]
+        out0, out1 = again.output(), run[1].output()
+        check(f"{name}: the recreated pod 0 finds the store on pod 1 rather than serving one",
+              f"the job's rendezvous store moved to {pods.ip(1)}:29400" in out0
+              and "serving the rendezvous store" not in out0
+              and re.search(r"round \d+: node \d of 3", out0) is not None, out0[-600:])
+        check(f"{name}: all three finish with --max-restarts 0", codes == [0, 0, 0],
+              f"exit codes {codes}: {out1[-400:]}")
+        resumed = [int(m) for m in re.findall(r"resumed from \S+ \(epoch \d+, batch \d+, step (\d+)\)",
+                                              out1)]
+        check(f"{name}: each new world resumed from the step the one before reached, not from 0",
+              len(resumed) >= 2 and resumed == sorted(resumed) and resumed[0] >= 20, f"steps {resumed}")
+        timeline = re.search(r"membership change \(.*\): detected.*first step \+[\d.]+ s", out1)
+        check(f"{name}: pod 1 states the change's timeline up to the 2-node world's first step",
+              timeline is not None, out1[-400:])
+        if timeline:
+            print(f"{name}: {timeline.group(0)}", flush=True)
+        peer = re.search(r"its state went to the (\d+) ranks without it from that rank", out1)
+        check(f"{name}: " + ("the recreated pod's rank took the state from a peer, its volume empty"
+                             if per_pod else "every world read the shared volume, nothing was sent"),
+              (peer is not None and peer.group(1) == "1") if per_pod else peer is None,
+              peer.group(0) if peer else out1[-300:])
+        grown = accuracy(out1)
+        check(f"{name}: test accuracy within {tolerance} pt of the fixed runs' span",
+              within_span(grown, fixed, tolerance, (2, 3)),
+              f"{grown} % against the fixed 2-pod run's {fixed.get(2)} % and 3-pod run's {fixed.get(3)} %")
+
+
+def store_cut_off(start, work, fixed, tolerance):
+    """failover (link cut): 3 pods train with --nnodes 1:3; pod 0, the store's host, drops off the
+    network with its processes left running. Pods 1 and 2 learn it within the heartbeat limit,
+    move the store to pod 1 (a majority, 2 of 3), and finish as 2 nodes. Pod 0 declares both of
+    them lost, but alone it is not half of its round: it must exit 69 rather than train on as a
+    second job, though --nnodes would let 1 node run."""
+    with Pods(3) as pods:
+        ckpt = os.path.join(work, "failover-cut")
+        run = [start(pods, i, f"failover-cut-pod{i}", ckpt, "1:3", last_call=600) for i in range(3)]
+        together = run[0].wait_for(r"epoch 1/3 step 20/", 240)
+        check("failover (link cut): 3 pods train as one group", together, run[0].output()[-300:])
+        stranded = pods.vanish(0)
+        cut = time.monotonic()
+        moved = run[1].wait_for(r"the rendezvous store moved to node \d+ of round 0 \("
+                                + re.escape(pods.ip(1)), 120)
+        noticed = time.monotonic() - cut
+        codes = [run[1].wait(300), run[2].wait(120), run[0].wait(150)]
+        kill_all(stranded)
+        alone, out1 = run[0].output(), run[1].output()
+        check("failover (link cut): pods 1 and 2 learn it within the heartbeat limit and move the "
+              "store to pod 1", moved and "did not answer this node within 15.0 s" in out1,
+              f"after {noticed:.1f} s: " + " | ".join(l for l in out1.splitlines() if "store" in l)[-700:])
+        print(f"failover (link cut): the store moved {noticed:.1f} s after pod 0's link was cut",
+              flush=True)
+        check("failover (link cut): pods 1 and 2 finish as 2 nodes with --max-restarts 0",
+              codes[:2] == [0, 0] and re.search(r"round 1: node 0 of 2, ranks 0..0 of 2", out1) is not None
+              and "restarting the group" not in out1, f"exit codes {codes}: {out1[-500:]}")
+        check("failover (link cut): pod 0, cut off alone, exits 69 rather than train as a second job",
+              codes[2] == 69 and "fewer than the 2 it needs after a node was lost" in alone
+              and "round 1: node 0 of 1" not in alone, f"exit {codes[2]}: {alone[-500:]}")
+        timeline = re.search(r"membership change \(the rendezvous store's host was lost\): detected.*"
+                             r"first step \+[\d.]+ s", out1)
+        check("failover (link cut): pod 1 states the change's timeline", timeline is not None,
+              out1[-400:])
+        if timeline:
+            print(f"failover (link cut): {timeline.group(0)}", flush=True)
+        reached = accuracy(out1)
+        check(f"failover (link cut): test accuracy within {tolerance} pt of the fixed runs' span",
+              within_span(reached, fixed, tolerance, (2, 3)),
+              f"{reached} % against the fixed 2-pod run's {fixed.get(2)} % and 3-pod run's {fixed.get(3)} %")
+
+
+def store_failover_python(ddprun, agents, work, python):
+    """failover (Python): the same deletion and recreation of pod 0 under an unchanged
+    torch.distributed program (gloo_elastic.py; Debian's torch 1.13, then PyTorch 2.6 from the
+    trixie root), which cannot regroup in-process: it takes the restart path in every round, and
+    the job finishes when told to."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = os.path.join(here, "gloo_elastic.py")
+    torch = "PyTorch 2.6" if python.endswith("torch2-python") else "torch 1.13"
+    slug = "torch2" if torch == "PyTorch 2.6" else "torch113"
+    if torch == "PyTorch 2.6":
+        root = os.environ.get("DDP_TORCH2_ROOT", "/var/cache/ddprun/torch2-trixie")
+        if not os.path.exists(os.path.join(root, ".ddprun-torch2-ready")):
+            print(f"SKIP failover (Python, {torch}): no PyTorch 2.6 root at {root}; run "
+                  "tests/interop/prepare-torch2-root", flush=True)
+            return
+        # The chroot sees the script, the stop file's folder and ddprun's hook at their paths.
+        os.environ["DDP_TORCH2_BIND"] = ":".join([here, work, os.path.dirname(os.path.abspath(ddprun))])
+    stop = os.path.join(work, f"python-stop-{slug}")
+    with Pods(3) as pods:
+        argv = [ddprun, "--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", f"{pods.ip(0)}:29400", "--rdzv-id", "elastic-python",
+                "--rdzv-conf", "last_call_timeout=600,store_peers="
+                + ";".join(pods.ip(i) for i in range(3)),
+                "--monitor-interval", "0.1", "--max-restarts", "0", "--no-python",
+                python, script, stop]
+
+        def launch(i, name):
+            agents.append(Agent(pods, i, argv, work, name))
+            return agents[-1]
+
+        run = [launch(i, f"failover-python-{slug}-pod{i}") for i in range(3)]
+        together = run[0].wait_for(r"python rank=0 round=0 world=3 ok", 120)
+        check(f"failover (Python, {torch}): 3 pods run the program as one group", together, run[0].output()[-300:])
+        os.killpg(run[0].proc.pid, signal.SIGTERM)
+        run[0].wait(60)
+        pods.delete(0)
+        shrunk = run[1].wait_for(r"python rank=0 round=\d+ world=2 ok", 120)
+        check(f"failover (Python, {torch}): pods 1 and 2 move the store and restart the program as 2 nodes",
+              shrunk and "the rendezvous store moved to node" in run[1].output(), run[1].output()[-600:])
+        pods.create(0)
+        again = launch(0, f"failover-python-{slug}-pod0-again")
+        grown = again.wait_for(r"python rank=\d round=\d+ world=3 ok", 120)
+        with open(stop, "w"):
+            pass
+        codes = [again.wait(120), run[1].wait(60), run[2].wait(60)]
+        check(f"failover (Python, {torch}): the recreated pod 0 joins the store on pod 1, and all three finish",
+              grown and codes == [0, 0, 0], f"exit codes {codes}: {again.output()[-600:]}")
 
 
 def main():
@@ -225,7 +399,12 @@ def main():
     parser.add_argument("train_mnist")
     parser.add_argument("--tolerance", type=float, default=0.5, help="accuracy, points")
     parser.add_argument("--keep", action="store_true", help="keep the logs' folder")
+    parser.add_argument("--scenarios", default="grow,shrink,vanish",
+                        help=f"comma-separated, of {','.join(FIXED_SIZES)}")
     args = parser.parse_args()
+    scenarios = args.scenarios.split(",")
+    if not set(scenarios) <= set(FIXED_SIZES):
+        parser.error(f"--scenarios: {args.scenarios}: not all of {','.join(FIXED_SIZES)}")
     if os.geteuid() != 0:
         print("SKIP: elastic training needs root for network namespaces; run as root", flush=True)
         return SKIP
@@ -236,14 +415,14 @@ def main():
     work = tempfile.mkdtemp(prefix="ddp-elastic-")
     agents = []
     try:
-        def start(pods, i, name, ckpt, nnodes, restarts=0, last_call=1):
+        def start(pods, i, name, ckpt, nnodes, restarts=0, last_call=1, conf=""):
             a = Agent(pods, i, agent_args(args.ddprun, args.train_mnist, pods, ckpt, nnodes, restarts,
-                                          last_call), work, name)
+                                          last_call, conf), work, name)
             agents.append(a)
             return a
 
         fixed = {}
-        for size in (1, 2):
+        for size in sorted({size for name in scenarios for size in FIXED_SIZES[name]}):
             with Pods(size) as pods:
                 ckpt = os.path.join(work, f"fixed{size}")
                 run = [start(pods, i, f"fixed{size}-pod{i}", ckpt, str(size)) for i in range(size)]
@@ -252,128 +431,137 @@ def main():
                 check(f"fixed {size}-pod run finishes", codes == [0] * size and fixed[size] is not None,
                       f"exit codes {codes}, accuracy {fixed[size]} %")
 
-        # grow: 1 -> 2, with one checkpoint volume for both pods, then with a volume per pod
-        # (emptyDir): there pod 1 has no checkpoint, and takes the state from pod 0's rank.
-        for per_pod in (False, True):
-            grow = "grow (a volume per pod)" if per_pod else "grow"
+        if "grow" in scenarios:
+            # grow: 1 -> 2, with one checkpoint volume for both pods, then with a volume per pod
+            # (emptyDir): there pod 1 has no checkpoint, and takes the state from pod 0's rank.
+            for per_pod in (False, True):
+                grow = "grow (a volume per pod)" if per_pod else "grow"
+                with Pods(2) as pods:
+                    ckpt = os.path.join(work, "grow-per-pod" if per_pod else "grow")
+                    first = start(pods, 0, f"{grow}-pod0", ckpt + ("/pod0" if per_pod else ""), "1:2")
+                    alone = first.wait_for(r"epoch 1/3 step 60/", 180)
+                    check(f"{grow}: pod 0 trains alone (round 0, 1 node)",
+                          alone and "round 0: node 0 of 1, ranks 0..0 of 1" in first.output(),
+                          first.output()[-400:])
+                    second = start(pods, 1, f"{grow}-pod1", ckpt + ("/pod1" if per_pod else ""), "1:2")
+                    codes = [first.wait(300), second.wait(60)]
+                    out0, out1 = first.output(), second.output()
+                    grown = accuracy(out0)
+                    check(f"{grow}: both pods finish with --max-restarts 0", codes == [0, 0],
+                          f"exit codes {codes}")
+                    check(f"{grow}: the group took pod 1 in at round 1 as 2 nodes, no restart used",
+                          "round 1: node 0 of 2, ranks 0..0 of 2" in out0 and "round 1: node 1 of 2" in out1
+                          and "ended for a change of members" in out0 and "restarting the group" not in out0,
+                          " | ".join(l for l in out0.splitlines() if "round" in l)[:600])
+                    m = re.search(r"checkpoint was written by 1 ranks, this run has 2: the epoch goes on "
+                                  r"from sample position (\d+) of 20000", out0)
+                    check(f"{grow}: the 2-node round resumed the epoch at the sample position the 1-node "
+                          "round reached",
+                          m is not None and int(m.group(1)) % 64 == 0 and int(m.group(1)) >= 60 * 64,
+                          m.group(0) if m else out0[-600:])
+                    peer = re.search(r"the newest checkpoint \(step \d+\) is on rank 0's volume only: its "
+                                     r"state went to the 1 ranks without it from that rank \(([\d.]+) MB", out0)
+                    check(f"{grow}: " + ("pod 1 took the state from pod 0's rank, not from a volume"
+                                         if per_pod else "both pods read the shared volume, nothing was sent"),
+                          (peer is not None and float(peer.group(1)) > 1) if per_pod else peer is None,
+                          peer.group(0) if peer else out0[-400:])
+                    check_timeline(grow, out0, r"1 node waiting to join", 1, 2)
+                    check(f"{grow}: test accuracy within {args.tolerance} pt of the fixed runs' span",
+                          within_span(grown, fixed, args.tolerance),
+                          f"{grown} % against the fixed 1-pod run's {fixed[1]} % and 2-pod run's {fixed[2]} %")
+
+        if "shrink" in scenarios:
+            # shrink: 2 -> 1
             with Pods(2) as pods:
-                ckpt = os.path.join(work, "grow-per-pod" if per_pod else "grow")
-                first = start(pods, 0, f"{grow}-pod0", ckpt + ("/pod0" if per_pod else ""), "1:2")
-                alone = first.wait_for(r"epoch 1/3 step 60/", 180)
-                check(f"{grow}: pod 0 trains alone (round 0, 1 node)",
-                      alone and "round 0: node 0 of 1, ranks 0..0 of 1" in first.output(),
+                ckpt = os.path.join(work, "shrink")
+                # Pod 1 starts first and waits for the store on pod 0, so it reaches the store
+                # first: the ranks must follow the pod names all the same (member_order.h).
+                # A last call of 600 s, longer than every wait below: a loss must not wait for it.
+                second = start(pods, 1, "shrink-pod1", ckpt, "1:2", last_call=600)
+                time.sleep(2.0)
+                first = start(pods, 0, "shrink-pod0", ckpt, "1:2", last_call=600)
+                together = first.wait_for(r"epoch 1/3 step 40/", 180)
+                check("shrink: both pods train as one group of 2 nodes, pod 0 as node 0 though pod 1 "
+                      "reached the store first",
+                      together and "round 0: node 0 of 2, ranks 0..0 of 2" in first.output()
+                      and "round 0: node 1 of 2, ranks 1..1 of 2" in second.output(),
                       first.output()[-400:])
-                second = start(pods, 1, f"{grow}-pod1", ckpt + ("/pod1" if per_pod else ""), "1:2")
-                codes = [first.wait(300), second.wait(60)]
-                out0, out1 = first.output(), second.output()
-                grown = accuracy(out0)
-                check(f"{grow}: both pods finish with --max-restarts 0", codes == [0, 0],
-                      f"exit codes {codes}")
-                check(f"{grow}: the group took pod 1 in at round 1 as 2 nodes, no restart used",
-                      "round 1: node 0 of 2, ranks 0..0 of 2" in out0 and "round 1: node 1 of 2" in out1
-                      and "ended for a change of members" in out0 and "restarting the group" not in out0,
+                os.killpg(second.proc.pid, signal.SIGTERM)  # the kubelet deleting pod 1
+                left = second.wait(60)
+                pods.delete(1)
+                code = first.wait(300)
+                out0 = first.output()
+                shrunk = accuracy(out0)
+                check("shrink: pod 1 leaves with its trainer's answer to SIGTERM (75)", left == 75,
+                      f"exit {left}: {second.output()[-300:]}")
+                check("shrink: pod 0 goes on alone and finishes with --max-restarts 0", code == 0,
+                      f"exit {code}: {out0[-600:]}")
+                check("shrink: round 1 has 1 node, no restart used, and closed without the last call",
+                      "round 1: node 0 of 1, ranks 0..0 of 1" in out0 and "ended for a change of members" in out0
+                      and "restarting the group" not in out0
+                      and "round 1: every node that survived round 0 is in (1 survivors, 1 nodes)" in out0,
                       " | ".join(l for l in out0.splitlines() if "round" in l)[:600])
-                m = re.search(r"checkpoint was written by 1 ranks, this run has 2: the epoch goes on "
-                              r"from sample position (\d+) of 20000", out0)
-                check(f"{grow}: the 2-node round resumed the epoch at the sample position the 1-node "
-                      "round reached",
-                      m is not None and int(m.group(1)) % 64 == 0 and int(m.group(1)) >= 60 * 64,
-                      m.group(0) if m else out0[-600:])
-                peer = re.search(r"the newest checkpoint \(step \d+\) is on rank 0's volume only: its "
-                                 r"state went to the 1 ranks without it from that rank \(([\d.]+) MB", out0)
-                check(f"{grow}: " + ("pod 1 took the state from pod 0's rank, not from a volume"
-                                     if per_pod else "both pods read the shared volume, nothing was sent"),
-                      (peer is not None and float(peer.group(1)) > 1) if per_pod else peer is None,
-                      peer.group(0) if peer else out0[-400:])
-                check_timeline(grow, out0, r"1 node waiting to join", 1, 2)
-                check(f"{grow}: test accuracy within {args.tolerance} pt of the fixed runs' span",
-                      within_span(grown, fixed, args.tolerance),
-                      f"{grown} % against the fixed 1-pod run's {fixed[1]} % and 2-pod run's {fixed[2]} %")
+                check("shrink: the 1-node round resumed the epoch where the 2 nodes stopped",
+                      re.search(r"checkpoint was written by 2 ranks, this run has 1: the epoch goes on from "
+                                r"sample position \d+ of 20000", out0) is not None, out0[-600:])
+                check_timeline("shrink", out0, r"node 1 \(pod-1\)", 1, 1)
+                check(f"shrink: test accuracy within {args.tolerance} pt of the fixed runs' span",
+                      within_span(shrunk, fixed, args.tolerance),
+                      f"{shrunk} % against the fixed 1-pod run's {fixed[1]} % and 2-pod run's {fixed[2]} %")
 
-        # shrink: 2 -> 1
-        with Pods(2) as pods:
-            ckpt = os.path.join(work, "shrink")
-            # Pod 1 starts first and waits for the store on pod 0, so it reaches the store
-            # first: the ranks must follow the pod names all the same (member_order.h).
-            # A last call of 600 s, longer than every wait below: a loss must not wait for it.
-            second = start(pods, 1, "shrink-pod1", ckpt, "1:2", last_call=600)
-            time.sleep(2.0)
-            first = start(pods, 0, "shrink-pod0", ckpt, "1:2", last_call=600)
-            together = first.wait_for(r"epoch 1/3 step 40/", 180)
-            check("shrink: both pods train as one group of 2 nodes, pod 0 as node 0 though pod 1 "
-                  "reached the store first",
-                  together and "round 0: node 0 of 2, ranks 0..0 of 2" in first.output()
-                  and "round 0: node 1 of 2, ranks 1..1 of 2" in second.output(),
-                  first.output()[-400:])
-            os.killpg(second.proc.pid, signal.SIGTERM)  # the kubelet deleting pod 1
-            left = second.wait(60)
-            pods.delete(1)
-            code = first.wait(300)
-            out0 = first.output()
-            shrunk = accuracy(out0)
-            check("shrink: pod 1 leaves with its trainer's answer to SIGTERM (75)", left == 75,
-                  f"exit {left}: {second.output()[-300:]}")
-            check("shrink: pod 0 goes on alone and finishes with --max-restarts 0", code == 0,
-                  f"exit {code}: {out0[-600:]}")
-            check("shrink: round 1 has 1 node, no restart used, and closed without the last call",
-                  "round 1: node 0 of 1, ranks 0..0 of 1" in out0 and "ended for a change of members" in out0
-                  and "restarting the group" not in out0
-                  and "round 1: every node that survived round 0 is in (1 survivors, 1 nodes)" in out0,
-                  " | ".join(l for l in out0.splitlines() if "round" in l)[:600])
-            check("shrink: the 1-node round resumed the epoch where the 2 nodes stopped",
-                  re.search(r"checkpoint was written by 2 ranks, this run has 1: the epoch goes on from "
-                            r"sample position \d+ of 20000", out0) is not None, out0[-600:])
-            check_timeline("shrink", out0, r"node 1 \(pod-1\)", 1, 1)
-            check(f"shrink: test accuracy within {args.tolerance} pt of the fixed runs' span",
-                  within_span(shrunk, fixed, args.tolerance),
-                  f"{shrunk} % against the fixed 1-pod run's {fixed[1]} % and 2-pod run's {fixed[2]} %")
-
-        # vanish: pod 1 drops off the network mid-epoch with its processes still running. Its
-        # heartbeat stops; pod 0 must declare it lost (default keep-alive: 3 x 5 s), go on alone
-        # without using a restart, and finish from the last checkpoint.
-        with Pods(2) as pods:
-            ckpt = os.path.join(work, "vanish")
-            first = start(pods, 0, "vanish-pod0", ckpt, "1:2", last_call=600)
-            start(pods, 1, "vanish-pod1", ckpt, "1:2", last_call=600)
-            together = first.wait_for(r"epoch 1/3 step 60/", 180)
-            check("vanish: both pods train as one group of 2 nodes", together, first.output()[-300:])
-            stranded = pods.vanish(1)
-            cut = time.monotonic()
-            declared = first.wait_for(r"node 1 \(pod-1\) was lost: no heartbeat for 15.0 s", 120)
-            noticed = time.monotonic() - cut
-            code = first.wait(300)
-            kill_all(stranded)
-            out0 = first.output()
-            check("vanish: pod 0 declares pod 1 lost by its heartbeat, naming it",
-                  declared and "round 0 ended for a change of members (node 1 (pod-1) was lost" in out0,
-                  f"after {noticed:.1f} s: {out0[-500:]}")
-            print(f"vanish: pod 1 was declared lost {noticed:.1f} s after its link was cut", flush=True)
-            # Pod 0's trainer, blocked in an allreduce with pod 1 (gloo), is told why and ends with
-            # the CommError naming pod 1, rather than waiting to be killed (comm/abort_notice.h).
-            check("vanish: pod 0's trainer gives up with a CommError naming the lost pod, unkilled",
-                  "aborted by ddprun: node 1 (pod-1) was lost" in out0
-                  and "sending SIGKILL" not in out0.split("was lost: no heartbeat")[-1].split("round 1:")[0],
-                  out0[-800:])
-            check("vanish: pod 0 goes on alone with --max-restarts 0, from its last checkpoint, and finishes",
-                  code == 0 and "restarting the group" not in out0
-                  and "round 1: node 0 of 1, ranks 0..0 of 1" in out0
-                  and "round 1: every node that survived round 0 is in" in out0
-                  and re.search(r"resumed from \S+checkpoint-", out0) is not None,
-                  f"exit {code}: {out0[-500:]}")
-            check_timeline("vanish", out0, r"node 1 \(pod-1\) was lost", 1, 1)
-            # Pod 0's rank 0, told why, checkpoints the last step it applied before it ends
-            # (its last words), so the new world redoes at most the step that was in flight.
-            last = re.search(r"(?:of step|\] step) (\d+), the last one applied(?:, is checkpointed "
-                             r"already)?: aborted by ddprun: node 1 \(pod-1\) was lost", out0)
-            resumed = re.search(r"resumed from \S+ \(epoch \d+, batch \d+, step (\d+)\)", out0)
-            steps = [int(m.group(1)) for m in re.finditer(r"epoch \d+/3 step (\d+)/\d+ ",
-                                                           out0.split("was lost")[0])]
-            check("vanish: the new world resumed from the last step applied before the loss",
-                  last is not None and resumed is not None
-                  and resumed.group(1) == last.group(1),
-                  (last.group(0) if last else "no last-step checkpoint") + " | "
-                  + (resumed.group(0) if resumed else "not resumed")
-                  + f" | last step logged before the loss: {steps[-1] if steps else None}")
+        if "vanish" in scenarios:
+            # vanish: pod 1 drops off the network mid-epoch with its processes still running. Its
+            # heartbeat stops; pod 0 must declare it lost (default keep-alive: 3 x 5 s), go on alone
+            # without using a restart, and finish from the last checkpoint.
+            with Pods(2) as pods:
+                ckpt = os.path.join(work, "vanish")
+                first = start(pods, 0, "vanish-pod0", ckpt, "1:2", last_call=600)
+                start(pods, 1, "vanish-pod1", ckpt, "1:2", last_call=600)
+                together = first.wait_for(r"epoch 1/3 step 60/", 180)
+                check("vanish: both pods train as one group of 2 nodes", together, first.output()[-300:])
+                stranded = pods.vanish(1)
+                cut = time.monotonic()
+                declared = first.wait_for(r"node 1 \(pod-1\) was lost: no heartbeat for 15.0 s", 120)
+                noticed = time.monotonic() - cut
+                code = first.wait(300)
+                kill_all(stranded)
+                out0 = first.output()
+                check("vanish: pod 0 declares pod 1 lost by its heartbeat, naming it",
+                      declared and "round 0 ended for a change of members (node 1 (pod-1) was lost" in out0,
+                      f"after {noticed:.1f} s: {out0[-500:]}")
+                print(f"vanish: pod 1 was declared lost {noticed:.1f} s after its link was cut", flush=True)
+                # Pod 0's trainer, blocked in an allreduce with pod 1 (gloo), is told why and ends with
+                # the CommError naming pod 1, rather than waiting to be killed (comm/abort_notice.h).
+                check("vanish: pod 0's trainer gives up with a CommError naming the lost pod, unkilled",
+                      "aborted by ddprun: node 1 (pod-1) was lost" in out0
+                      and "sending SIGKILL" not in out0.split("was lost: no heartbeat")[-1].split("round 1:")[0],
+                      out0[-800:])
+                check("vanish: pod 0 goes on alone with --max-restarts 0, from its last checkpoint, and finishes",
+                      code == 0 and "restarting the group" not in out0
+                      and "round 1: node 0 of 1, ranks 0..0 of 1" in out0
+                      and "round 1: every node that survived round 0 is in" in out0
+                      and re.search(r"resumed from \S+checkpoint-", out0) is not None,
+                      f"exit {code}: {out0[-500:]}")
+                check_timeline("vanish", out0, r"node 1 \(pod-1\) was lost", 1, 1)
+                # Pod 0's rank 0, told why, checkpoints the last step it applied before it ends
+                # (its last words), so the new world redoes at most the step that was in flight.
+                last = re.search(r"(?:of step|\] step) (\d+), the last one applied(?:, is checkpointed "
+                                 r"already)?: aborted by ddprun: node 1 \(pod-1\) was lost", out0)
+                resumed = re.search(r"resumed from \S+ \(epoch \d+, batch \d+, step (\d+)\)", out0)
+                steps = [int(m.group(1)) for m in re.finditer(r"epoch \d+/3 step (\d+)/\d+ ",
+                                                               out0.split("was lost")[0])]
+                check("vanish: the new world resumed from the last step applied before the loss",
+                      last is not None and resumed is not None
+                      and resumed.group(1) == last.group(1),
+                      (last.group(0) if last else "no last-step checkpoint") + " | "
+                      + (resumed.group(0) if resumed else "not resumed")
+                      + f" | last step logged before the loss: {steps[-1] if steps else None}")
+        if "failover" in scenarios:
+            for per_pod in (False, True):
+                store_failover(start, work, fixed, args.tolerance, per_pod)
+            store_cut_off(start, work, fixed, args.tolerance)
+            for python in PYTHONS:
+                store_failover_python(args.ddprun, agents, work, python)
     finally:
         for a in agents:
             a.close()
