@@ -394,6 +394,9 @@ void HangWatch::tick(Clock::time_point now) {
     if (!published_ && !publish_report()) return;
     if (node_ == 0) return gather(now);
     follow_node_zero(now);
+  } catch (const ddp::StoreError&) {
+    done_ = true;
+    throw;  // the store is gone: the supervisor's concern, at once
   } catch (const std::exception& e) {
     ddp::log::warn("hang diagnosis abandoned: {}", e.what());
     done_ = true;

@@ -1,5 +1,7 @@
 #include "rendezvous/heartbeat.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace ddprun {
@@ -57,6 +59,15 @@ std::vector<int> HeartbeatMonitor::observe(const std::vector<int64_t>& counters,
     }
   }
   return lost;
+}
+
+std::string store_silence_message(const std::string& host, int port,
+                                  std::chrono::milliseconds limit, const std::string& detail) {
+  return fmt::format(
+      "the rendezvous store's host ({}:{}) did not answer this node within {:.1f} s: its pod "
+      "vanished without closing its connections (deleted, powered off, or cut off from the "
+      "network) ({})",
+      host, port, std::chrono::duration<double>(limit).count(), detail);
 }
 
 }  // namespace ddprun

@@ -12,6 +12,7 @@
 // the store, so that it is unit-tested (tests/launcher/rendezvous/heartbeat_test.cpp).
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace ddprun {
@@ -52,5 +53,11 @@ class HeartbeatMonitor {
   std::vector<Clock::time_point> last_change_;
   std::vector<bool> declared_;
 };
+
+// What a request to the store that went unanswered for the heartbeat limit means, for the one line
+// an agent logs (StoreRendezvous::monitored, and the hang watch's requests in the supervisor):
+// the store's host at host:port vanished without closing its connections. `detail`: the error.
+std::string store_silence_message(const std::string& host, int port,
+                                  std::chrono::milliseconds limit, const std::string& detail);
 
 }  // namespace ddprun

@@ -23,6 +23,7 @@
 #include "ddp/net/tcp_probe.h"
 #include "ddp/store.h"
 #include "ddp/store_server.h"
+#include "rendezvous/heartbeat.h"
 #include "rendezvous/member_order.h"
 
 namespace ddprun {
@@ -672,12 +673,8 @@ auto StoreRendezvous::monitored(Fn&& fn) -> decltype(fn(std::declval<ddp::Store&
     return fn(*monitor_store_);
   } catch (const ddp::StoreError& e) {
     if (Clock::now() - start < heartbeat_limit() * 9 / 10) throw;  // not silence: say it as is
-    throw ddp::StoreError(fmt::format(
-        "the rendezvous store's host ({}:{}) did not answer this node within {:.1f} s: "
-        "its pod vanished without closing its connections (deleted, powered off, or cut off "
-        "from the network) ({})",
-        store_host_, store_port_, std::chrono::duration<double>(heartbeat_limit()).count(),
-        e.what()));
+    throw ddp::StoreError(
+        store_silence_message(store_host_, store_port_, heartbeat_limit(), e.what()));
   }
 }
 

@@ -272,6 +272,8 @@ class Supervisor::Round {
   void look_for_first_step(Clock::time_point now);
   Clock::time_point next_wake() const;
   void watch_heartbeats(Clock::time_point now, bool any_running);
+  // The hang watch (hang_watch.h), while the workers run.
+  void watch_hangs(Clock::time_point now);
   void watch_group(Clock::time_point now);
   void declare_lost(const std::vector<int>& lost, Clock::time_point now);
   // Whether the round waits for the heartbeats' verdict on the other nodes before it ends.
@@ -453,9 +455,19 @@ void Supervisor::Round::tick(bool any_running) {
                    round_.kill_after().count() / 1000.0);
   }
   act(due);
-  if (round_.state() == RoundState::kRunning && any_running) {
+  if (round_.state() == RoundState::kRunning && any_running) look_for_first_step(now);
+}
+
+void Supervisor::Round::watch_hangs(Clock::time_point now) {
+  // On the monitoring connection: a request unanswered for the heartbeat limit is the store's
+  // host vanishing, said as the rendezvous says it.
+  const auto start = Clock::now();
+  try {
     hangs_.tick(now);
-    look_for_first_step(now);
+  } catch (const ddp::StoreError& e) {
+    if (Clock::now() - start < heartbeat_.limit() * 9 / 10) throw;
+    throw ddp::StoreError(store_silence_message(rendezvous_.store_host(), rendezvous_.store_port(),
+                                                heartbeat_.limit(), e.what()));
   }
 }
 
@@ -477,6 +489,7 @@ void Supervisor::Round::watch_store(bool any_running) {
   const auto now = Clock::now();
   try {
     watch_heartbeats(now, any_running);
+    if (round_.state() == RoundState::kRunning && any_running) watch_hangs(now);
     if (round_.monitor_due(now, any_running)) watch_group(now);
   } catch (const ddp::StoreError& e) {
     ddp::log::error("lost the rendezvous store ({}); stopping this node's workers", e.what());
