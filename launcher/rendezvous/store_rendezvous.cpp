@@ -306,6 +306,8 @@ NodeAssignment StoreRendezvous::join() {
   for (;;) {
     try {
       return join_current();
+    } catch (const MovedAway&) {
+      continue;  // on the job's live store now
     } catch (const ddp::JoinRefusedError&) {
       throw;
     } catch (const ddp::StoreError& e) {
@@ -436,10 +438,12 @@ void StoreRendezvous::wait_until_closed(int round, Clock::time_point start,
   auto backoff = milliseconds(1);
   auto next_report = start + kFirstProgress;
   std::optional<Clock::time_point> min_reached;
+  auto next_peer_look = start + kPeerLookEvery;
   while (!store_->check({key(round, "closed")})) {
     poll_interrupt_();
     const auto now = Clock::now();
     const int joined = static_cast<int>(store_->add(key(round, "joined"), 0));
+    if (joined == 1 && leave_for_moved_store(next_peer_look)) throw MovedAway{};
     if (joined >= std::max(config_.min_nodes, quorum)) {
       if (!min_reached) min_reached = now;
       if (now - *min_reached >= config_.rdzv.last_call_timeout ||
@@ -823,9 +827,25 @@ void StoreRendezvous::seed_round_after_move(int restarts, int survivors, int quo
   if (quorum > 0) store_->compare_set(key(round, "quorum"), "", std::to_string(quorum));
 }
 
+bool StoreRendezvous::leave_for_moved_store(Clock::time_point& next_look) {
+  // Only an agent that serves a store of its own and was never in a round: a recreated pod 0
+  // that came up before the survivors moved the store, alone in the store it serves.
+  if (!hosts_store_ || last_round_ >= 0 || config_.rdzv.store_peers.empty()) return false;
+  if (Clock::now() < next_look) return false;
+  next_look = Clock::now() + kPeerLookEvery;
+  if (!find_moved_store()) return false;
+  ddp::log::info("closing the store this node served: no node joined it");
+  server_.reset();
+  agents_server_.reset();
+  hosts_store_ = false;
+  return true;
+}
+
 bool StoreRendezvous::find_moved_store() {
   for (const std::string& peer : config_.rdzv.store_peers) {
     if (peer == store_host_) continue;  // the endpoint: tried as usual
+    // A store this agent serves is not one it should move to.
+    if (hosts_store_ && names_this_machine(peer, host_, config_.local_addr)) continue;
     if (!ddp::net::probe_tcp(peer, config_.store_port, kPeerProbe).empty()) continue;
     try {
       auto live = ddp::Store::connect(peer, config_.store_port, config_.rdzv.read_timeout,

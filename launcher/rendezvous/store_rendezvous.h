@@ -90,6 +90,11 @@ class StoreRendezvous : public Rendezvous {
   // The job's live store at one of the store peers (rdzv-conf store_peers): connects to it and
   // returns true, else false at once.
   bool find_moved_store();
+  // While an agent that serves a store waits alone in its first round: every kPeerLookEvery,
+  // whether the job's store lives elsewhere (it came up before the survivors moved it there);
+  // if so, gives up its own and connects there (join() then joins there).
+  bool leave_for_moved_store(std::chrono::steady_clock::time_point& next_look);
+  struct MovedAway {};  // thrown out of a round's wait by leave_for_moved_store
   // The round's members' addresses as the others reach them, and who hosts the store.
   void note_round_members(int round);
   // Serves the rendezvous store on the endpoint's port: true when it does; false (logged) when

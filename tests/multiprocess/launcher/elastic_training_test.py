@@ -17,8 +17,9 @@
           --max-restarts 0; the time is printed.
   failover (--scenarios failover; 3 pods, --nnodes 2:3): pod 0, the store's host, deleted
           mid-epoch and recreated (one volume, then a volume per pod); its link cut instead
-          (--nnodes 1:3: the cut-off host must not go on alone); and a Python program under the
-          deletion. See store_failover, store_cut_off and store_failover_python.
+          (--nnodes 1:3: the cut-off host must not go on alone); pod 0 recreated before the
+          others moved the store; and a Python program under the deletion. See store_failover,
+          store_cut_off, store_host_back_early and store_failover_python.
 Each is compared with fixed-size runs (1 pod, 2 pods; 2 and 3 pods for failover) of the same training: every round and its
 world size must show in the logs, and the test accuracy must be within the tolerance of the
 fixed run of the size the training began with (same learning-rate policy: the rate given is for
@@ -47,7 +48,8 @@ results = []
 PYTHONS = ("/usr/bin/python3",
            os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../interop/torch2-python"))
 # The fixed-size runs each scenario compares with.
-FIXED_SIZES = {"grow": (1, 2), "shrink": (1, 2), "vanish": (1, 2), "failover": (2, 3)}
+FIXED_SIZES = {"grow": (1, 2), "shrink": (1, 2), "vanish": (1, 2), "failover": (2, 3),
+               "failover-early": ()}
 
 
 def check(name, ok, detail=""):
@@ -112,8 +114,9 @@ class Pods:
             self.create(i)
         return self
 
-    def create(self, i):
-        """Pod i's namespace, address and name, as the pod's first start or its recreation."""
+    def create(self, i, up=True):
+        """Pod i's namespace, address and name, as the pod's first start or its recreation;
+        `up=False`: its port on the bridge stays down until link_up(i)."""
         ns, bridge = self.ns(i), f"{PREFIX}-br"
         # A deleted pod's link goes with the last of its processes.
         end = time.monotonic() + 10
@@ -127,13 +130,17 @@ class Pods:
                     ["ip", "-n", ns, "addr", "add", f"{self.ip(i)}/24", "dev", "eth0"],
                     ["ip", "-n", ns, "link", "set", "eth0", "up"],
                     ["ip", "-n", ns, "link", "set", "lo", "up"],
-                    ["ip", "-n", bridge, "link", "set", f"p{i}", "master", "br0"],
-                    ["ip", "-n", bridge, "link", "set", f"p{i}", "up"]):
+                    ["ip", "-n", bridge, "link", "set", f"p{i}", "master", "br0"]):
             self._must(cmd)
+        if up:
+            self.link_up(i)
         os.makedirs(f"/etc/netns/{ns}", exist_ok=True)
         with open(f"/etc/netns/{ns}/hosts", "w") as f:
             f.write("127.0.0.1 localhost\n" +
                     "".join(f"{self.ip(k)} pod-{k}\n" for k in range(self.count)))
+
+    def link_up(self, i):
+        self._must(["ip", "-n", f"{PREFIX}-br", "link", "set", f"p{i}", "up"])
 
     def vanish(self, i):
         """Pod i drops off the network without a word (its cable cut, its namespace's name
@@ -342,6 +349,36 @@ def store_cut_off(start, work, fixed, tolerance):
         check(f"failover (link cut): test accuracy within {tolerance} pt of the fixed runs' span",
               within_span(reached, fixed, tolerance, (2, 3)),
               f"{reached} % against the fixed 2-pod run's {fixed.get(2)} % and 3-pod run's {fixed.get(3)} %")
+
+
+def store_host_back_early(start, work):
+    """failover (pod 0 back early): pod 0's link is cut, and pod 0 is recreated at once, before
+    pods 1 and 2 have moved the store: it finds no store at its peers (its link is brought up
+    only once it serves its own), so it serves one that nobody joins. Once the others moved the
+    store to pod 1, it must find it there, close its own, and join: the group grows to 3 and
+    all three finish."""
+    with Pods(3) as pods:
+        ckpt = os.path.join(work, "failover-early")
+        conf = ",store_peers=" + ";".join(pods.ip(i) for i in range(3))
+        run = [start(pods, i, f"failover-early-pod{i}", ckpt, "2:3", last_call=600, conf=conf)
+               for i in range(3)]
+        together = run[0].wait_for(r"epoch 1/3 step 20/", 240)
+        check("failover (pod 0 back early): 3 pods train as one group", together, run[0].output()[-300:])
+        stranded = pods.vanish(0)
+        pods.create(0, up=False)
+        again = start(pods, 0, "failover-early-pod0-again", ckpt, "2:3", last_call=600, conf=conf)
+        serving = again.wait_for(r"serving the rendezvous store on port", 60)
+        pods.link_up(0)
+        codes = [again.wait(400), run[1].wait(120), run[2].wait(120)]
+        kill_all(stranded)
+        out0 = again.output()
+        check("failover (pod 0 back early): pod 0, back before the move, serves a store of its own, "
+              "then finds the moved one on pod 1 and closes its own",
+              serving and "closing the store this node served: no node joined it" in out0
+              and f"the job's rendezvous store moved to {pods.ip(1)}:29400" in out0
+              and re.search(r"round \d+: node \d of 3", out0) is not None, out0[-700:])
+        check("failover (pod 0 back early): all three finish with --max-restarts 0", codes == [0, 0, 0],
+              f"exit codes {codes}: {run[1].output()[-400:]}")
 
 
 def store_failover_python(ddprun, agents, work, python):
@@ -562,6 +599,8 @@ def main():
             store_cut_off(start, work, fixed, args.tolerance)
             for python in PYTHONS:
                 store_failover_python(args.ddprun, agents, work, python)
+        if "failover-early" in scenarios:
+            store_host_back_early(start, work)
     finally:
         for a in agents:
             a.close()
