@@ -26,7 +26,8 @@
 // lost by its heartbeat with at least half of them (the store's side wins a tie), so a node cut
 // off alone does not train as a second job. An agent that would serve the store (a recreated pod
 // 0), or cannot reach the endpoint, first looks for the job's live store at the store peers
-// (rdzv-conf store_peers, or the Indexed Job's pod names) and joins it there.
+// (rdzv-conf store_peers, or the Indexed Job's pod names) and joins it there. One that serves a
+// store of its own and waits alone in its first round keeps looking, every 2 s, and moves.
 //
 // Workers' stores: round 0's workers use the agents' store (etcd-v2: a store the round's node 0
 // serves); from round 1 on, each round's node 0 serves its workers a fresh store and publishes
