@@ -1,6 +1,7 @@
 #include "ddp/train/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -237,6 +238,9 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
       dir + "/." + target.filename().string() + ".tmp-" + std::to_string(::getpid());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw DataError(temp, "cannot create checkpoint: " + errno_text());
+  // Held until the file is renamed or this process ends: another writer's clean-up of dead
+  // writers' leftovers (CheckpointDirectory::save) leaves the file alone meanwhile.
+  ::flock(fd, LOCK_EX);
   try {
     write_all(fd, temp, bytes);
     if (::fsync(fd) != 0) throw DataError(temp, "cannot fsync checkpoint: " + errno_text());
@@ -271,15 +275,25 @@ std::string CheckpointDirectory::save(int64_t step, const std::string& bytes) {
   for (std::size_t i = static_cast<std::size_t>(keep_); i < all.size(); ++i) {
     fs::remove(all[i], error);
   }
-  // Temporary files of writers killed mid-write (never under a checkpoint's name).
+  remove_dead_writers_files();
+  return path;
+}
+
+void CheckpointDirectory::remove_dead_writers_files() const {
+  // Temporary files of writers killed mid-write (never under a checkpoint's name). Another
+  // writer may be writing into this folder right now (the last words of a world cut off from
+  // this one, on a shared volume): its file is locked, or too new to have been locked yet.
+  std::error_code error;
+  const auto settled = fs::file_time_type::clock::now() - std::chrono::seconds(2);
   for (const auto& entry : fs::directory_iterator(dir_, error)) {
     const std::string file = entry.path().filename().string();
-    if (file.rfind(".checkpoint-", 0) == 0 && file.find(".tmp-") != std::string::npos &&
-        file.find(".tmp-" + std::to_string(::getpid())) == std::string::npos) {
-      fs::remove(entry.path(), error);
-    }
+    if (file.rfind(".checkpoint-", 0) != 0 || file.find(".tmp-") == std::string::npos) continue;
+    if (fs::last_write_time(entry.path(), error) > settled || error) continue;
+    const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) fs::remove(entry.path(), error);
+    ::close(fd);
   }
-  return path;
 }
 
 std::vector<std::string> CheckpointDirectory::list() const {

@@ -2,7 +2,9 @@
 // the previous checkpoint, pruning, and atomicity under SIGKILL at arbitrary moments.
 #include <torch/torch.h>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -172,12 +174,36 @@ TEST(Checkpoint, SigkillMidWriteNeverLeavesATornCheckpoint) {
     }
   }
   EXPECT_GT(kills_mid_write, 0) << "no kill landed during a write; the test proved nothing";
-  // The next successful save removes the leftovers.
+  // The next successful save removes the leftovers, once they are older than a live writer's
+  // file could be unlocked (here: their times set a minute back).
   CheckpointDirectory checkpoints(dir.path(), 2);
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    fs::last_write_time(entry.path(), fs::file_time_type::clock::now() - std::chrono::minutes(1));
+  }
   checkpoints.save(next_step, bytes);
   for (const auto& entry : fs::directory_iterator(dir.path())) {
     EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos);
   }
+}
+
+// Two writers in one folder (a world cut off from the one that goes on, saying its last words on
+// the shared volume): one's clean-up must not remove the file the other is writing, which it
+// holds locked, however old; it removes it once the lock is gone (its writer died).
+TEST(Checkpoint, ACleanUpLeavesAnotherLiveWritersFileAlone) {
+  TempDir dir;
+  auto model = models::create_model({"mnist_cnn", 1, 12, 12, 10});
+  const std::string bytes = serialize_checkpoint(make_checkpoint(1), *model, nullptr);
+  const std::string other = dir.file(".checkpoint-0000000007-00000000.pt.tmp-999999");
+  const int fd = ::open(other.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);  // the other writer, mid-write
+  fs::last_write_time(other, fs::file_time_type::clock::now() - std::chrono::minutes(10));
+  CheckpointDirectory checkpoints(dir.path(), 2);
+  checkpoints.save(1, bytes);
+  EXPECT_TRUE(fs::exists(other)) << "removed a live writer's file";
+  ::close(fd);  // the other writer died: its lock is gone
+  checkpoints.save(2, bytes);
+  EXPECT_FALSE(fs::exists(other)) << "left a dead writer's file";
 }
 
 }  // namespace

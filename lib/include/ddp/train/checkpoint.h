@@ -69,8 +69,9 @@ class CheckpointDirectory {
   CheckpointDirectory(std::string dir, int keep);
 
   // Writes atomically; returns the path. Removes checkpoints beyond the newest `keep` and
-  // temporary files left by writers that were killed. Throws DataError if the directory cannot
-  // be created or written.
+  // temporary files left by writers that were killed (unlocked, and older than 2 s: a writer
+  // holds a lock on its temporary file while it writes, so another writer in the same folder is
+  // left alone). Throws DataError if the directory cannot be created or written.
   std::string save(int64_t step, const std::string& bytes);
 
   // Checkpoint files, newest (highest step) first.
@@ -85,6 +86,8 @@ class CheckpointDirectory {
   const std::string& dir() const { return dir_; }
 
  private:
+  void remove_dead_writers_files() const;
+
   std::string dir_;
   int keep_;
 };
