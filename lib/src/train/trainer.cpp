@@ -384,12 +384,18 @@ void FitRun::find_volumes() {
   const auto marker = [&](int r) { return dir / fmt::format(".volume-{}-{}", nonce, r); };
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (!std::ofstream(marker(rank_))) {
-    throw DataError(marker(rank_).string(),
-                    "cannot write in the checkpoint directory; check --checkpoint-dir and its "
-                    "volume's permissions");
+  // Every rank learns whether all could write: none waits in a barrier for one that threw.
+  const bool written = static_cast<bool>(std::ofstream(marker(rank_)));
+  if (any_rank(comm_, !written)) {
+    if (!written) {
+      throw DataError(marker(rank_).string(),
+                      "cannot write in the checkpoint directory; check --checkpoint-dir and its "
+                      "volume's permissions");
+    }
+    throw DataError(dir.string(),
+                    "another rank cannot write in its checkpoint directory (see "
+                    "its error)");
   }
-  comm_.barrier();
   writes_checkpoints_ = rank_ == 0 || !fs::exists(marker(0), ec);
   for (int r = rank_ - 1; r > 0 && writes_checkpoints_; --r) {
     writes_checkpoints_ = !fs::exists(marker(r), ec);

@@ -154,6 +154,28 @@ TEST(Trainer, WhenRankZerosVolumeIsLostTheStateComesFromTheOtherVolume) {
   expect_resumed_run_equals_uninterrupted_run(/*per_rank=*/true, /*wiped=*/0);
 }
 
+TEST(Trainer, ARankThatCannotWriteItsCheckpointFolderFailsEveryRankAtOnce) {
+  // Rank 1's folder lies under a regular file (even root cannot create it): both ranks fail
+  // with a DataError that says so. A rank left waiting in a collective would fail with the
+  // op timeout's CommError instead.
+  testing::TempDir dir;
+  std::ofstream(dir.file("a-file")) << "x";
+  EXPECT_TRUE(on_two_ranks([&](Communicator& comm) {
+    const auto train_set = synthetic(32, 1);
+    const auto test_set = synthetic(8, 2);
+    auto model = models::create_model({"mnist_cnn", 1, 12, 12, 4}, 11);
+    const std::string where = comm.rank() == 1 ? dir.file("a-file/ckpt") : dir.file("ckpt");
+    try {
+      Trainer(comm, model, train_set, test_set, small_options(where)).fit();
+      require(false, "trained without a writable checkpoint folder");
+    } catch (const DataError& e) {
+      const std::string expected =
+          comm.rank() == 1 ? "cannot write in the checkpoint directory" : "another rank cannot";
+      require(std::string(e.what()).find(expected) != std::string::npos, e.what());
+    }
+  }));
+}
+
 // A classifier without dropout or batch statistics, so that the same samples in other groupings
 // give the same gradients.
 class LinearClassifier : public models::Classifier {
