@@ -356,10 +356,15 @@ def store_host_back_early(start, work):
     pods 1 and 2 have moved the store: it finds no store at its peers (its link is brought up
     only once it serves its own), so it serves one that nobody joins. Once the others moved the
     store to pod 1, it must find it there, close its own, and join: the group grows to 3 and
-    all three finish."""
+    all three finish. The job has a join token: the moved store admits its agents, and refuses
+    an agent with another token (exit 69)."""
     with Pods(3) as pods:
         ckpt = os.path.join(work, "failover-early")
-        conf = ",store_peers=" + ";".join(pods.ip(i) for i in range(3))
+        peers = ",store_peers=" + ";".join(pods.ip(i) for i in range(3))
+        for name, text in (("early-token", f"token-{os.getpid()}\n"), ("early-wrong", "not-it\n")):
+            with open(os.path.join(work, name), "w") as f:
+                f.write(text)
+        conf = peers + ",token_file=" + os.path.join(work, "early-token")
         run = [start(pods, i, f"failover-early-pod{i}", ckpt, "2:3", last_call=600, conf=conf)
                for i in range(3)]
         together = run[0].wait_for(r"epoch 1/3 step 20/", 240)
@@ -369,6 +374,13 @@ def store_host_back_early(start, work):
         again = start(pods, 0, "failover-early-pod0-again", ckpt, "2:3", last_call=600, conf=conf)
         serving = again.wait_for(r"serving the rendezvous store on port", 60)
         pods.link_up(0)
+        grown = again.wait_for(r"round \d+: node \d of 3", 120)
+        stray = start(pods, 2, "failover-early-stray", ckpt + "-stray", "2:3", last_call=600,
+                      conf=peers + ",token_file=" + os.path.join(work, "early-wrong"))
+        stray_code = stray.wait(60)
+        check("failover (pod 0 back early): the moved store refuses an agent with another token",
+              grown and stray_code == 69 and "wrong join token" in stray.output(),
+              f"exit {stray_code}: {stray.output()[-400:]}")
         codes = [again.wait(400), run[1].wait(120), run[2].wait(120)]
         kill_all(stranded)
         out0 = again.output()
