@@ -142,8 +142,10 @@ class Agent {
   // The workers' PYTHONPATH: ddprun's hook first (DDP_PYTHON_HOOK), and ddprun_torch beside
   // this ddprun last, or, with --collectives ddprun, right after the hook.
   void install_python_path();
-  // The change timeline (change_timeline.h): the round that follows a change, agreed; its
+  // The change timeline (change_timeline.h): a change that ended this round, detected when its
+  // workers began to stop; the round that follows a change, agreed; its
   // workers, started (the line is logged at their first step); the round, over without one.
+  void begin_change(const std::string& cause, const RoundOutcome& outcome);
   void note_agreed(const NodeAssignment& node);
   void watch_first_step(Supervisor& supervisor);
   void note_round_over();
@@ -396,9 +398,7 @@ std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment
   if (decision == AfterRound::kStoreLost) {
     // An elastic group moves its store to a surviving node and goes on (rendezvous.h).
     if (elastic && rendezvous.fail_over(node.restarts)) {
-      change_.emplace("the rendezvous store's host was lost",
-                      outcome.stop_began.value_or(std::chrono::steady_clock::now()),
-                      std::chrono::steady_clock::now());
+      begin_change("the rendezvous store's host was lost", outcome);
       return std::nullopt;
     }
     ddp::log::error("the rendezvous store stopped answering: {}", outcome.detail);
@@ -409,9 +409,7 @@ std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment
     case AfterRound::kNextRound:
       ddp::log::info("round {} ended for a change of members ({}); the group moves to round {}",
                      node.round, outcome.root_cause->headline(), node.round + 1);
-      change_.emplace(outcome.root_cause->headline(),
-                      outcome.stop_began.value_or(std::chrono::steady_clock::now()),
-                      std::chrono::steady_clock::now());
+      begin_change(outcome.root_cause->headline(), outcome);
       if (rendezvous.move_store_from_leaving_host(*outcome.root_cause, node.restarts)) {
         return std::nullopt;
       }
@@ -440,6 +438,11 @@ std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment
   if (config_.max_restarts > 0) ddp::log::error("no restarts left ({} used)", config_.max_restarts);
   rendezvous.linger_until_settled(node.round, node.group_world_size);
   return root.exit_code;
+}
+
+void Agent::begin_change(const std::string& cause, const RoundOutcome& outcome) {
+  const auto now = std::chrono::steady_clock::now();
+  change_.emplace(cause, outcome.stop_began.value_or(now), now);
 }
 
 void Agent::note_agreed(const NodeAssignment& node) {

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "ddp/error.h"
+
 namespace ddprun {
 
 class HeartbeatMonitor {
@@ -55,9 +57,25 @@ class HeartbeatMonitor {
 };
 
 // What a request to the store that went unanswered for the heartbeat limit means, for the one line
-// an agent logs (StoreRendezvous::monitored, and the hang watch's requests in the supervisor):
-// the store's host at host:port vanished without closing its connections. `detail`: the error.
+// an agent logs: the store's host at host:port vanished without closing its connections.
+// `detail`: the error.
 std::string store_silence_message(const std::string& host, int port,
                                   std::chrono::milliseconds limit, const std::string& detail);
+
+// Runs `fn`, a request on a connection whose requests give up after `limit` (the agent's
+// monitoring connection: StoreRendezvous::monitored, and the hang watch's requests in the
+// supervisor). A StoreError after (nearly) that long is the store's host gone silent, and is
+// rethrown so worded; an earlier one is not silence and goes on as it is.
+template <typename Fn>
+auto within_heartbeat_limit(const std::string& host, int port, std::chrono::milliseconds limit,
+                            Fn&& fn) -> decltype(fn()) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    return fn();
+  } catch (const ddp::StoreError& e) {
+    if (std::chrono::steady_clock::now() - start < limit * 9 / 10) throw;
+    throw ddp::StoreError(store_silence_message(host, port, limit, e.what()));
+  }
+}
 
 }  // namespace ddprun

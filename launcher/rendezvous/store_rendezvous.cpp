@@ -672,14 +672,8 @@ FailureReport StoreRendezvous::settle_failure(int round, int nodes, const Failur
 template <typename Fn>
 auto StoreRendezvous::monitored(Fn&& fn) -> decltype(fn(std::declval<ddp::Store&>())) {
   if (!monitor_store_) return fn(*store_);
-  const auto start = Clock::now();
-  try {
-    return fn(*monitor_store_);
-  } catch (const ddp::StoreError& e) {
-    if (Clock::now() - start < heartbeat_limit() * 9 / 10) throw;  // not silence: say it as is
-    throw ddp::StoreError(
-        store_silence_message(store_host_, store_port_, heartbeat_limit(), e.what()));
-  }
+  return within_heartbeat_limit(store_host_, store_port_, heartbeat_limit(),
+                                [&] { return fn(*monitor_store_); });
 }
 
 void StoreRendezvous::beat(int round, int group_rank, int64_t delta) {
@@ -797,24 +791,32 @@ bool StoreRendezvous::reach_store_at(const std::string& address, Clock::time_poi
   auto backoff = milliseconds(50);
   for (;;) {
     poll_interrupt_();
-    if (ddp::net::probe_tcp(address, config_.store_port, kPeerProbe).empty()) {
-      const std::string before = store_host_;
-      store_host_ = address;
-      store_port_ = config_.store_port;
-      try {
-        store_ = open_store(deadline);
-        return true;
-      } catch (const ddp::JoinRefusedError&) {
-        throw;
-      } catch (const ddp::StoreError& e) {
-        ddp::log::debug("{}:{} does not serve the store yet: {}", address, store_port_, e.what());
-        store_host_ = before;
-      }
+    if (ddp::net::probe_tcp(address, config_.store_port, kPeerProbe).empty() &&
+        connect_store_at(address, deadline)) {
+      return true;
     }
     const auto now = Clock::now();
     if (now >= deadline) return false;
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
     backoff = std::min(backoff * 2, milliseconds(500));
+  }
+}
+
+bool StoreRendezvous::connect_store_at(const std::string& address, Clock::time_point deadline) {
+  const std::string before_host = store_host_;
+  const int before_port = store_port_;
+  store_host_ = address;
+  store_port_ = config_.store_port;
+  try {
+    store_ = open_store(deadline);
+    return true;
+  } catch (const ddp::JoinRefusedError&) {
+    throw;
+  } catch (const ddp::StoreError& e) {
+    ddp::log::debug("{}:{} does not serve the store: {}", address, store_port_, e.what());
+    store_host_ = before_host;
+    store_port_ = before_port;
+    return false;
   }
 }
 
@@ -853,13 +855,12 @@ bool StoreRendezvous::find_moved_store() {
                       ->with_prefix("ddprun/" + config_.run_id);
       if (!live->check({"round"})) continue;  // another job's store, or one not started yet
       const std::string round = live->get("round");
+      const std::string was = store_host_ + ":" + std::to_string(store_port_);
+      if (!connect_store_at(peer, Clock::now() + config_.rdzv.read_timeout)) continue;
       ddp::log::info(
           "the job's rendezvous store moved to {}:{} (round {} in progress); joining it there "
-          "rather than at {}:{}",
-          peer, config_.store_port, round, store_host_, store_port_);
-      store_host_ = peer;
-      store_port_ = config_.store_port;
-      store_ = open_store(Clock::now() + config_.rdzv.read_timeout);
+          "rather than at {}",
+          peer, store_port_, round, was);
       return true;
     } catch (const ddp::JoinRefusedError&) {
       throw;

@@ -83,6 +83,9 @@ class StoreRendezvous : public Rendezvous {
   bool store_gone() const;
   // Waits until `address` serves the store, up to `deadline`, and connects this agent to it.
   bool reach_store_at(const std::string& address, std::chrono::steady_clock::time_point deadline);
+  // Connects this agent to the store at `address` (the store's port): true, or false with the
+  // agent's store left as it was. Throws JoinRefusedError (retrying cannot help).
+  bool connect_store_at(const std::string& address, std::chrono::steady_clock::time_point deadline);
   // The next round on the moved store: round, restarts, survivors and the majority it needs.
   void seed_round_after_move(int restarts, int survivors, int quorum);
   // How long the survivors wait for a node to take the store over before trying the next.

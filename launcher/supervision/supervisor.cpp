@@ -461,14 +461,8 @@ void Supervisor::Round::tick(bool any_running) {
 void Supervisor::Round::watch_hangs(Clock::time_point now) {
   // On the monitoring connection: a request unanswered for the heartbeat limit is the store's
   // host vanishing, said as the rendezvous says it.
-  const auto start = Clock::now();
-  try {
-    hangs_.tick(now);
-  } catch (const ddp::StoreError& e) {
-    if (Clock::now() - start < heartbeat_.limit() * 9 / 10) throw;
-    throw ddp::StoreError(store_silence_message(rendezvous_.store_host(), rendezvous_.store_port(),
-                                                heartbeat_.limit(), e.what()));
-  }
+  within_heartbeat_limit(rendezvous_.store_host(), rendezvous_.store_port(), heartbeat_.limit(),
+                         [&] { hangs_.tick(now); });
 }
 
 void Supervisor::Round::look_for_first_step(Clock::time_point now) {
