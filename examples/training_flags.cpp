@@ -157,7 +157,8 @@ int train_and_report(const cxxopts::ParseResult& flags, ddp::ProcessGroup& group
       ddp::models::create_model({flags["model"].as<std::string>(), train_set.channels(),
                                  train_set.height(), train_set.width(), train_set.num_classes()},
                                 options.seed);
-  ddp::train::Trainer trainer(*group.comm, model, train_set, test_set, options);
+  // On the group: under ddprun, an elastic change regroups the trainer in-process.
+  ddp::train::Trainer trainer(group, model, train_set, test_set, options);
   const ddp::train::TrainResult result = trainer.fit();
   if (result.status == ddp::train::TrainStatus::kPreempted) return ddp::exit_code::kPreempted;
   if (group.env.rank == 0 && !result.epochs.empty() && result.epochs.back().evaluated) {

@@ -335,7 +335,11 @@ std::optional<int> Agent::run_round(Supervisor& supervisor, Rendezvous& rendezvo
                                     const NodeAssignment& node) {
   health_.progress(AgentPhase::kRunning);
   if (!supervisor.started_for(node)) {
-    supervisor.start(node, rendezvous.worker_store());
+    if (supervisor.awaiting_place()) {
+      supervisor.place(node, rendezvous.worker_store());  // regrouped in-process
+    } else {
+      supervisor.start(node, rendezvous.worker_store());
+    }
     watch_first_step(supervisor);
   }
   RoundOutcome outcome = supervisor.supervise(node, rendezvous);
@@ -381,6 +385,18 @@ std::optional<int> survivors_after(const FailureReport& cause, const NodeAssignm
   return std::nullopt;
 }
 
+// A growth whose workers regrouped in-process: they wait idle, so the next round closes as soon
+// as this round's nodes and those waiting to join are in (0: at its last call, as any growth).
+int members_after(const RoundOutcome& outcome, const NodeAssignment& node, Rendezvous& rendezvous,
+                  int max_nodes) {
+  if (outcome.kind != RoundOutcome::Kind::kRegrouped || outcome.root_cause->is_loss()) return 0;
+  try {
+    return std::min(max_nodes, node.group_world_size + rendezvous.nodes_waiting(node.round));
+  } catch (const ddp::StoreError&) {
+    return 0;  // the round's own join then says what is wrong with the store
+  }
+}
+
 // A node lost by its heartbeat may instead be this side of a partition: the next round needs at
 // least half of this one's nodes (the store's side; the other side, which moves the store, needs
 // more than half: rendezvous.h). A node that left said so: none.
@@ -414,7 +430,8 @@ std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment
         return std::nullopt;
       }
       rendezvous.advance(node.round, node.restarts, survivors_after(*outcome.root_cause, node),
-                         quorum_after(*outcome.root_cause, node));
+                         quorum_after(*outcome.root_cause, node),
+                         members_after(outcome, node, rendezvous, config_.max_nodes));
       return std::nullopt;
     case AfterRound::kLeave:
       // This node is going away (its pod is being deleted): report and leave promptly.
@@ -443,6 +460,7 @@ std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment
 void Agent::begin_change(const std::string& cause, const RoundOutcome& outcome) {
   const auto now = std::chrono::steady_clock::now();
   change_.emplace(cause, outcome.stop_began.value_or(now), now);
+  change_->in_process = outcome.kind == RoundOutcome::Kind::kRegrouped;
 }
 
 void Agent::note_agreed(const NodeAssignment& node) {

@@ -102,7 +102,11 @@ class Rendezvous {
   // the round's nodes remain: the next round closes once they are all in, with no last call.
   // `quorum` > 0: the next round closes only with that many nodes, and fails after a while
   // without them (a node lost by its heartbeat may be this side's partition: rendezvous.h).
-  virtual void advance(int round, int restarts, std::optional<int> survivors, int quorum) = 0;
+  // `members` > 0: the next round closes as soon as that many nodes joined (a growth whose
+  // workers regrouped in-process, and wait idle: the round's nodes and those waiting), else at
+  // its last call as any growth.
+  virtual void advance(int round, int restarts, std::optional<int> survivors, int quorum,
+                       int members = 0) = 0;
   // The store's host left or vanished: moves the store (above) and returns true once this node
   // has a store again, for join() to go on from; false when it cannot (another backend, a job
   // of fixed size, no round yet, this node hosted it). `restarts`: the failed rounds so far.

@@ -435,6 +435,7 @@ void StoreRendezvous::wait_until_closed(int round, Clock::time_point start,
   // After the store moved, the round also needs a majority of the previous round's nodes.
   const int expected = count_or(key(round, "survivors_expected"), -1);
   const int quorum = count_or(key(round, "quorum"), 0);
+  const int members = count_or(key(round, "members_expected"), -1);
   auto backoff = milliseconds(1);
   auto next_report = start + kFirstProgress;
   std::optional<Clock::time_point> min_reached;
@@ -447,7 +448,7 @@ void StoreRendezvous::wait_until_closed(int round, Clock::time_point start,
     if (joined >= std::max(config_.min_nodes, quorum)) {
       if (!min_reached) min_reached = now;
       if (now - *min_reached >= config_.rdzv.last_call_timeout ||
-          survivors_in(round, expected, joined)) {
+          survivors_in(round, expected, joined) || (members > 0 && joined >= members)) {
         store_->compare_set(key(round, "closed"), "", std::to_string(joined));
         continue;
       }
@@ -706,7 +707,8 @@ int StoreRendezvous::restarts_before(int round) {
   return std::stoi(store_->get(key(round, "restarts")));
 }
 
-void StoreRendezvous::advance(int round, int restarts, std::optional<int> survivors, int quorum) {
+void StoreRendezvous::advance(int round, int restarts, std::optional<int> survivors, int quorum,
+                              int members) {
   release_worker_store();  // the round is over: its workers are gone
   next_restarts_ = restarts;
   // The first agent's count stands: every agent of the round computes the same one.
@@ -715,6 +717,9 @@ void StoreRendezvous::advance(int round, int restarts, std::optional<int> surviv
     store_->compare_set(key(round + 1, "survivors_expected"), "", std::to_string(*survivors));
   }
   if (quorum > 0) store_->compare_set(key(round + 1, "quorum"), "", std::to_string(quorum));
+  if (members > 0) {
+    store_->compare_set(key(round + 1, "members_expected"), "", std::to_string(members));
+  }
   store_->compare_set("round", std::to_string(round), std::to_string(round + 1));
 }
 

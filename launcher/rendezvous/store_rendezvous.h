@@ -47,7 +47,8 @@ class StoreRendezvous : public Rendezvous {
   std::vector<int64_t> beats(int round, int nodes) override;
   std::string node_host(int round, int group_rank) override;
   int nodes_waiting(int round) override;
-  void advance(int round, int restarts, std::optional<int> survivors, int quorum) override;
+  void advance(int round, int restarts, std::optional<int> survivors, int quorum,
+               int members = 0) override;
   bool fail_over(int restarts) override;
   bool move_store_from_leaving_host(const FailureReport& cause, int restarts) override;
   std::optional<FailureReport> finish(int round, int nodes) override;

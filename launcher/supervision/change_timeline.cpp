@@ -12,13 +12,13 @@ std::string since(ChangeTimeline::Clock::time_point from, ChangeTimeline::Clock:
 }  // namespace
 
 std::string ChangeTimeline::line(bool round_ended) const {
-  std::string out =
-      "membership change (" + cause + "): detected, workers stopped " + since(detected, stopped);
+  std::string out = "membership change (" + cause + "): detected, workers " +
+                    (in_process ? "regrouped in-process " : "stopped ") + since(detected, stopped);
   if (!agreed) return out + ", no new round agreed";
   out += fmt::format(", agreed {} (round {}: {} nodes, {} ranks)", since(detected, *agreed), round,
                      nodes, world_size);
   if (!started) return out;
-  out += ", workers started " + since(detected, *started);
+  out += (in_process ? ", workers placed " : ", workers started ") + since(detected, *started);
   if (first_step) return out + ", first step " + since(detected, *first_step);
   if (round_ended) {
     out +=

@@ -5,6 +5,11 @@
 //   membership change (node 1 (train-1) was lost: ...): detected, workers stopped +1.10 s,
 //   agreed +1.21 s (round 2: 2 nodes, 4 ranks), workers started +1.30 s, first step +2.41 s
 //
+// or, where the workers regrouped in-process (supervision/regroup_offer.h):
+//
+//   membership change (...): detected, workers regrouped in-process +0.02 s, agreed +0.05 s
+//   (round 2: ...), workers placed +0.05 s, first step +0.31 s
+//
 // Times are from the moment this node's agent learned of the change: a lost node is declared
 // after its heartbeat limit, so the line names that too. "First step" is the first training
 // step any worker of this node reports in the new round, from the live metrics the library's
@@ -32,6 +37,7 @@ struct ChangeTimeline {
   int round = -1;                               // the new round
   int nodes = 0;
   int world_size = 0;
+  bool in_process = false;  // the workers kept running: stopped means answered, started placed
 
   // The line; `round_ended`: the new round is over without a step reported.
   std::string line(bool round_ended = false) const;

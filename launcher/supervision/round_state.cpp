@@ -149,6 +149,8 @@ AfterRound decide_after_round(const RoundOutcome& outcome, bool elastic, int res
       return AfterRound::kStoreLost;
     case RoundOutcome::Kind::kInterrupted:
       return AfterRound::kLeave;
+    case RoundOutcome::Kind::kRegrouped:
+      return AfterRound::kNextRound;
     case RoundOutcome::Kind::kFailed:
       break;
   }

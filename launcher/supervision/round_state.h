@@ -31,6 +31,7 @@ struct RoundOutcome {
     kFailed,       // a worker here or on another node failed: see root_cause
     kInterrupted,  // ddprun itself got a signal: see signal, exit_code
     kStoreLost,    // the rendezvous store stopped answering
+    kRegrouped,    // a membership change met in-process: the workers run on (regroup_offer.h)
   };
   Kind kind = Kind::kSucceeded;
   std::optional<FailureReport> root_cause;

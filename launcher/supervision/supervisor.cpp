@@ -23,9 +23,11 @@
 #include "ddp/exit_codes.h"
 #include "ddp/live_metrics.h"
 #include "ddp/log.h"
+#include "ddp/settings.h"
 #include "diagnosis/hang_watch.h"
 #include "rendezvous/heartbeat.h"
 #include "supervision/file_timer.h"
+#include "supervision/regroup_offer.h"
 #include "supervision/round_state.h"
 #include "supervision/worker_output.h"
 #include "supervision/worker_process.h"
@@ -38,6 +40,7 @@ constexpr std::size_t kStderrTailLines = 20;
 constexpr auto kStepLookFast = std::chrono::milliseconds(20);
 constexpr auto kStepLookFastFor = std::chrono::seconds(10);
 constexpr auto kStepLookSlow = std::chrono::seconds(1);
+constexpr auto kRegroupLook = std::chrono::milliseconds(10);
 
 // Reads what is available on `fd` into `sink`; closes it and sets it to -1 at end of stream.
 void pump(int& fd, WorkerOutput& sink) {
@@ -66,6 +69,7 @@ struct Supervisor::Worker {
   std::string recorder_file;  // DDP_FLIGHT_RECORDER_FILE: the worker's flight recorder
   std::string live_file;      // DDP_LIVE_METRICS_FILE
   std::string abort_file;     // DDP_ABORT_FILE (comm/abort_notice.h)
+  std::string regroup_file;   // DDP_REGROUP_FILE (regroup_offer.h); "": the job is not elastic
   std::unique_ptr<WorkerProcess> process;
   std::unique_ptr<WorkerOutput> out;
   std::unique_ptr<WorkerOutput> err;
@@ -137,9 +141,49 @@ bool Supervisor::started_for(const NodeAssignment& node) const {
          started_->rank_offset == node.rank_offset && started_->world_size == node.world_size;
 }
 
+void Supervisor::offer_regroup_to(Worker& w, const std::string& dir, EnvMap& env) const {
+  if (config_.min_nodes == config_.max_nodes ||
+      !ddp::settings::boolean_or_default(ddp::settings::kRegroup)) {
+    return;
+  }
+  w.regroup_file = dir + "/regroup";
+  for (const char* suffix : {"", ".able", ".ready"})
+    std::filesystem::remove(w.regroup_file + suffix);
+  env["DDP_REGROUP_FILE"] = w.regroup_file;
+  if (env.count("DDP_REGROUP_WAIT_SEC") == 0) {
+    env["DDP_REGROUP_WAIT_SEC"] = std::to_string(regroup_wait_seconds(config_.rdzv));
+  }
+}
+
 void Supervisor::discard() {
   workers_.clear();  // each WorkerProcess kills its group and reaps it
   started_.reset();
+  awaiting_place_ = false;
+}
+
+void Supervisor::place(const NodeAssignment& node, const WorkerStore& store) {
+  for (Worker& w : workers_) {
+    w.rank = node.rank_offset + w.local_rank;
+    const bool placed = w.local_rank < static_cast<int>(placement_.size());
+    const int threads = placed ? placement_[w.local_rank].threads : 0;
+    const EnvMap env =
+        worker_environment(agent_env_, config_, node, {w.local_rank, w.error_file, threads}, store);
+    std::error_code ignored;
+    // The notice is over before the place comes (abort_notice.h); the new world's trainer
+    // begins a live metrics file of its own, whose first step is the new world's.
+    std::filesystem::remove(w.abort_file, ignored);
+    std::filesystem::remove(w.live_file, ignored);
+    write_place(w.regroup_file, env);
+  }
+  started_ = node;
+  awaiting_place_ = false;
+  if (board_ != nullptr) {
+    std::vector<WorkerView> views;
+    for (const Worker& w : workers_) {
+      views.push_back({w.rank, w.local_rank, WorkerRunState::kRunning, w.live_file});
+    }
+    board_->workers_started(node.group_rank, node.round, std::move(views));
+  }
 }
 
 // The round's files of --duplicate-std{out,err}-filters, none for a stream without filters.
@@ -215,6 +259,7 @@ void Supervisor::start(const NodeAssignment& node, const WorkerStore& store) {
     if (!timer_file.empty()) env["TORCHELASTIC_TIMER_FILE"] = timer_file;
     env["DDP_FLIGHT_RECORDER_FILE"] = w.recorder_file;
     env["DDP_ABORT_FILE"] = w.abort_file;
+    offer_regroup_to(w, dir, env);
     if (!w.live_file.empty()) env["DDP_LIVE_METRICS_FILE"] = w.live_file;
     if (const std::string traces = trace_dir(node.round); !traces.empty()) {
       env["DDP_TRACE_DIR"] = traces;
@@ -282,6 +327,13 @@ class Supervisor::Round {
   void note_root_cause(const FailureReport& root, Clock::time_point now);
   void act(RoundAction action);
   void abort_collectives(const std::string& reason);
+  // In-process regrouping (regroup_offer.h): for a membership change whose workers all offer
+  // it, the notice goes out instead of the stop; true when it did (or one is in flight).
+  bool offer_regroup(const FailureReport& cause, Clock::time_point now);
+  // Until every worker answered (the round ends, its workers running), or falls back.
+  void watch_regroup(Clock::time_point now);
+  // One log line, then the stop the change would have had without the offer.
+  void fall_back(const std::string& why, Clock::time_point now);
   FailureReport base_report() const;
   // Tells the other nodes; returns the group's first failure as the store holds it.
   FailureReport publish(const FailureReport& mine);
@@ -300,6 +352,12 @@ class Supervisor::Round {
   bool aborted_ = false;
   // Since when the group's root cause is a collective failure that a lost node may explain.
   std::optional<Clock::time_point> verdict_since_;
+  struct RegroupOffer {
+    FailureReport cause;
+    Clock::time_point offered;
+  };
+  std::optional<RegroupOffer> regroup_;  // the regroup in flight
+  bool regrouped_ = false;               // every worker answered it
   const Clock::time_point started_ = Clock::now();
   Clock::time_point next_step_look_ = started_;
 };
@@ -341,6 +399,8 @@ RoundOutcome Supervisor::Round::run() {
     collect_exits();
     tick(running);
     watch_store(running);
+    watch_regroup(Clock::now());
+    if (regrouped_) break;
   }
   return conclude();
 }
@@ -361,7 +421,8 @@ std::vector<pollfd> Supervisor::Round::poll_set() const {
 }
 
 Supervisor::Round::Clock::time_point Supervisor::Round::next_wake() const {
-  const auto wake = round_.next_wake();
+  auto wake = round_.next_wake();
+  if (regroup_) wake = std::min(wake, Clock::now() + kRegroupLook);
   return s_.first_step_ ? std::min(wake, next_step_look_) : wake;
 }
 
@@ -469,7 +530,7 @@ void Supervisor::Round::look_for_first_step(Clock::time_point now) {
   if (!s_.first_step_ || now < next_step_look_) return;
   next_step_look_ = now + (now - started_ < kStepLookFastFor ? kStepLookFast : kStepLookSlow);
   for (const Worker& w : s_.workers_) {
-    const auto live = ddp::live::read(w.live_file);
+    const auto live = ddp::live::read(w.live_file);  // (removed at a regroup: place())
     if (!live || live->steps == 0) continue;
     auto fn = std::move(s_.first_step_);
     s_.first_step_ = nullptr;
@@ -521,10 +582,11 @@ void Supervisor::Round::declare_lost(const std::vector<int>& lost, Clock::time_p
       "(deleted, powered off, or cut off from the network)",
       std::chrono::duration<double>(heartbeat_.limit()).count());
   const FailureReport root = publish(r);
+  verdict_since_.reset();
+  if (offer_regroup(root, now)) return;
   ddp::log::error("{}; stopping this node's workers", root.headline());
   if (root.kind == "lost") abort_collectives(root.headline());
   round_.other_node_failed(root, now);
-  verdict_since_.reset();
 }
 
 bool Supervisor::Round::awaiting_verdict(Clock::time_point now) const {
@@ -540,6 +602,7 @@ void Supervisor::Round::note_root_cause(const FailureReport& root, Clock::time_p
 
 void Supervisor::Round::watch_group(Clock::time_point now) {
   if (auto f = rendezvous_.failure(node_.round)) {
+    if (offer_regroup(*f, now)) return;
     if (elastic_ && f->is_membership_change()) {
       ddp::log::info("stopping this node's workers for the next round: {}", f->headline());
     } else {
@@ -559,6 +622,7 @@ void Supervisor::Round::watch_group(Clock::time_point now) {
                 " waiting to join the " + std::to_string(node_.group_world_size) +
                 " running; the group grows at its next round";
     const FailureReport first = publish(r);
+    if (offer_regroup(first, now)) return;
     ddp::log::info("stopping this node's workers for the next round: {}", first.headline());
     round_.other_node_failed(first, now);
   }
@@ -583,6 +647,64 @@ void Supervisor::Round::abort_collectives(const std::string& reason) {
   }
 }
 
+bool Supervisor::Round::offer_regroup(const FailureReport& cause, Clock::time_point now) {
+  if (regroup_) return true;
+  if (!elastic_ || !regroups_for(cause) || round_.state() != RoundState::kRunning) return false;
+  for (const Worker& w : s_.workers_) {
+    if (w.regroup_file.empty()) return false;  // DDPRUN_REGROUP=0
+    if (!w.process->running() || !offers_regroup(w.regroup_file)) {
+      ddp::log::info(
+          "the workers restart for the next round: rank {} does not regroup in-process (only a "
+          "Trainer built on the library's process group does)",
+          w.rank);
+      return false;
+    }
+  }
+  const std::string notice = regroup_notice(cause);
+  for (const Worker& w : s_.workers_) {
+    const std::string partial = w.abort_file + ".partial";
+    std::ofstream(partial) << notice << "\n";
+    std::error_code ignored;
+    std::filesystem::rename(partial, w.abort_file, ignored);
+  }
+  regroup_.emplace(RegroupOffer{cause, now});
+  ddp::log::info("regrouping this node's workers in-process for the next round: {}",
+                 cause.headline());
+  return true;
+}
+
+void Supervisor::Round::watch_regroup(Clock::time_point now) {
+  if (!regroup_ || regrouped_) return;
+  if (round_.state() != RoundState::kRunning) {
+    // Another cause stops the round: the workers waiting for a place end on the abort.
+    abort_collectives(round_.outcome().root_cause ? round_.outcome().root_cause->headline()
+                                                  : regroup_->cause.headline());
+    regroup_.reset();
+    return;
+  }
+  for (const Worker& w : s_.workers_) {
+    if (!w.process->running()) {
+      return fall_back(fmt::format("rank {} exited before it answered", w.rank), now);
+    }
+  }
+  regrouped_ = std::all_of(s_.workers_.begin(), s_.workers_.end(),
+                           [](const Worker& w) { return answered_regroup(w.regroup_file); });
+  if (!regrouped_ && now - regroup_->offered > kRegroupAnswerWithin) {
+    fall_back(fmt::format("not every worker answered the notice within {} s",
+                          std::chrono::seconds(kRegroupAnswerWithin).count()),
+              now);
+  }
+}
+
+void Supervisor::Round::fall_back(const std::string& why, Clock::time_point now) {
+  const FailureReport cause = regroup_->cause;
+  regroup_.reset();
+  ddp::log::warn("regrouping in-process fell back to restarting the workers: {}", why);
+  round_.other_node_failed(cause, now);
+  note_root_cause(cause, now);
+  abort_collectives(cause.headline());  // a plain reason over the notice: the workers end
+}
+
 FailureReport Supervisor::Round::base_report() const {
   FailureReport r;
   r.node_rank = node_.group_rank;
@@ -601,6 +723,15 @@ FailureReport Supervisor::Round::publish(const FailureReport& mine) {
 }
 
 RoundOutcome Supervisor::Round::conclude() {
+  if (regrouped_) {
+    s_.started_.reset();
+    s_.awaiting_place_ = true;
+    RoundOutcome outcome;
+    outcome.kind = RoundOutcome::Kind::kRegrouped;
+    outcome.root_cause = regroup_->cause;
+    outcome.stop_began = regroup_->offered;
+    return outcome;
+  }
   std::vector<ExitStatus> statuses;
   for (const auto& w : s_.workers_) statuses.push_back(w.process->status());
   if (auto revision = round_.settle(statuses)) {

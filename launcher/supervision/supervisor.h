@@ -42,6 +42,11 @@ class Supervisor {
   bool started_for(const NodeAssignment& node) const;
   // Kills and reaps the workers started last (when the rendezvous assigned something else).
   void discard();
+  // Whether the last round ended in an in-process regroup (RoundOutcome::kRegrouped): its
+  // workers run on, waiting for their place in the next round, which place() gives them
+  // (regroup_offer.h) in place of start().
+  bool awaiting_place() const { return awaiting_place_; }
+  void place(const NodeAssignment& node, const WorkerStore& store);
   // Supervises the started workers until they all exit (see the file comment).
   RoundOutcome supervise(const NodeAssignment& node, Rendezvous& rendezvous);
 
@@ -80,6 +85,9 @@ class Supervisor {
     std::shared_ptr<FilteredCopy> out, err;
   };
   FilteredCopies filtered_copies(int round) const;
+  // An elastic job's worker gets DDP_REGROUP_FILE in `dir` (regroup_offer.h), unless
+  // DDPRUN_REGROUP=0, and DDP_REGROUP_WAIT_SEC.
+  void offer_regroup_to(Worker& w, const std::string& dir, EnvMap& env) const;
   void open_outputs(Worker& w, const std::string& dir, const FilteredCopies& copies) const;
   // The round's file-timer watchdog, when TORCHELASTIC_ENABLE_FILE_TIMER=1; the pipe's path for
   // the workers ("" for none).
@@ -97,6 +105,7 @@ class Supervisor {
   std::string hostname_;
   std::vector<Worker> workers_;
   std::optional<NodeAssignment> started_;
+  bool awaiting_place_ = false;
   std::vector<RankPlacement> placement_;  // by local rank; empty: no binding
   MetricsBoard* board_ = nullptr;
   AgentHealth* health_ = nullptr;

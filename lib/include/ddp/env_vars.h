@@ -1,14 +1,21 @@
 #pragma once
 // Typed, validated reads of environment variables. Malformed values throw ConfigError naming the
 // variable, the value found and what was expected, so a wrong pod spec fails in one clear line.
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace ddp::env {
 
-// The value, or nullopt when the variable is unset or empty.
+// The value, or nullopt when the variable is unset or empty. An override (set_overrides) wins
+// over the process environment.
 std::optional<std::string> get(const char* name);
+
+// Values that every later get() returns instead of the process environment's: the new place of
+// a worker that regrouped in-process (ddp/distributed.h), whose launcher cannot change its
+// environment. Replaces the earlier overrides; thread-safe, unlike setenv.
+void set_overrides(std::map<std::string, std::string> values);
 
 // Parses a decimal integer in [min_value, max_value]; nullopt when unset.
 std::optional<long> get_int(const char* name, long min_value, long max_value);

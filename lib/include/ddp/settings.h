@@ -268,6 +268,31 @@ inline constexpr Setting kAbortFile{
     "see (a node lost without closing its connections): the worker's collectives then give up "
     "with a CommError carrying it (libfabric's at once; gloo's, blocked inside gloo, by ending "
     "the process after 1 s with exit code 70)."};
+inline constexpr Setting kRegroupFile{
+    "DDP_REGROUP_FILE",
+    Type::kText,
+    "none (ddprun sets one per worker)",
+    0,
+    0,
+    "",
+    "",
+    "library",
+    "Where ddprun gives a worker that regroups in-process its place in the next world "
+    "(ddp/distributed.h, ProcessGroup::regroup). The worker offers to regroup in <file>.able and "
+    "says it is ready in <file>.ready; ddprun then writes the place (RANK, WORLD_SIZE, "
+    "MASTER_ADDR, ... one NAME=VALUE a line) into the file."};
+inline constexpr Setting kRegroupWaitSec{
+    "DDP_REGROUP_WAIT_SEC",
+    Type::kInteger,
+    "30",
+    0,
+    3600,
+    "",
+    "",
+    "library",
+    "How long a worker that can regroup waits, after a collective failed on its own (a peer's "
+    "connections closed), for ddprun's notice that a node was lost before it fails; 0: not at "
+    "all. ddprun sets it from the heartbeat limit."};
 
 // --- The rendezvous store ----------------------------------------------------------------------
 inline constexpr Setting kStoreProtocol{
@@ -435,6 +460,18 @@ inline constexpr Setting kRdzvTokenFile{
     "The file holding the job's join token, as --rdzv-conf token_file= (which wins): agents "
     "prove they hold it (an HMAC challenge-response: the token never crosses the network), and "
     "the store admits workers only from the current round's members' addresses."};
+inline constexpr Setting kRegroup{
+    "DDPRUN_REGROUP",
+    Type::kBoolean,
+    "1",
+    0,
+    0,
+    "",
+    "",
+    "ddprun",
+    "Whether an elastic job's workers that offer it (a Trainer on the library's process group) "
+    "regroup in-process on a membership change, keeping their state in memory; 0: every change "
+    "stops and restarts the workers, as for Python programs."};
 inline constexpr Setting kTorchLib{
     "DDPRUN_TORCH_LIB",
     Type::kText,

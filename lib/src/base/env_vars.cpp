@@ -4,12 +4,40 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <mutex>
 
 #include "ddp/error.h"
 
 namespace ddp::env {
+namespace {
+
+struct Overrides {
+  std::mutex mu;
+  std::map<std::string, std::string> values;
+};
+
+Overrides& overrides() {
+  static Overrides* o = new Overrides();  // never destroyed: read by threads that outlive statics
+  return *o;
+}
+
+}  // namespace
+
+void set_overrides(std::map<std::string, std::string> values) {
+  Overrides& o = overrides();
+  std::lock_guard<std::mutex> lock(o.mu);
+  o.values = std::move(values);
+}
 
 std::optional<std::string> get(const char* name) {
+  {
+    Overrides& o = overrides();
+    std::lock_guard<std::mutex> lock(o.mu);
+    if (auto it = o.values.find(name); it != o.values.end()) {
+      if (it->second.empty()) return std::nullopt;
+      return it->second;
+    }
+  }
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return std::nullopt;
   return std::string(value);

@@ -16,6 +16,7 @@
 
 #include "comm/abort_notice.h"
 #include "ddp/comm/communicator.h"
+#include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "ddp/live_metrics.h"
 #include "ddp/log.h"
@@ -133,7 +134,7 @@ bool same_architecture(const models::ModelSpec& a, const models::ModelSpec& b) {
 
 Trainer::Trainer(Communicator& comm, std::shared_ptr<models::Classifier> model,
                  data::ImageDataset train_set, data::ImageDataset test_set, TrainerOptions options)
-    : comm_(comm),
+    : comm_(&comm),
       model_(std::move(model)),
       train_set_(std::move(train_set)),
       test_set_(std::move(test_set)),
@@ -148,7 +149,7 @@ Trainer::Trainer(Communicator& comm, std::shared_ptr<models::Classifier> model,
   if (!options_.trace_steps.empty()) (void)detail::parse_step_range(options_.trace_steps);
   if (options_.hang_warn_sec) {
     if (*options_.hang_warn_sec < 0) throw ConfigError("the hang warning must not be negative");
-    comm_.set_hang_warning(std::chrono::seconds(*options_.hang_warn_sec));
+    comm_->set_hang_warning(std::chrono::seconds(*options_.hang_warn_sec));
   }
   const auto& spec = model_->spec();
   if (spec.in_channels != train_set_.channels() || spec.height != train_set_.height() ||
@@ -162,18 +163,47 @@ Trainer::Trainer(Communicator& comm, std::shared_ptr<models::Classifier> model,
   }
 }
 
+Trainer::Trainer(ProcessGroup& group, std::shared_ptr<models::Classifier> model,
+                 data::ImageDataset train_set, data::ImageDataset test_set, TrainerOptions options)
+    : Trainer(*group.comm, std::move(model), std::move(train_set), std::move(test_set),
+              std::move(options)) {
+  group_ = &group;
+}
+
 Trainer::~Trainer() = default;
 
 namespace {
+
+// What a rank holds in memory when its world ends for a regroup: the state after its last step
+// applied, as a checkpoint's bytes, without generator states (the process keeps its own).
+struct CarriedState {
+  std::string bytes;
+  int64_t step = -1;
+  int rank = -1;  // in the world it comes from
+  int world = 0;
+};
+
+// Thrown at a step boundary once the ranks voted to regroup (a node joins): every rank leaves
+// its world after the same step.
+struct RegroupVoted {};
 
 // One call of Trainer::fit: the run's state, and its steps in the order they run. Each method
 // is one concern: resuming, one step, the progress line, an epoch's end, a checkpoint, the end.
 class FitRun {
  public:
+  // `carried`: the state this process held when its last world ended (a regroup), or null;
+  // `regroups`: every rank of the world may hold one, so the run begins by asking them.
   FitRun(Communicator& comm, std::shared_ptr<models::Classifier> model,
          const data::ImageDataset& train_set, const data::ImageDataset& test_set,
-         const TrainerOptions& options);
+         const TrainerOptions& options, const CarriedState* carried = nullptr,
+         bool regroups = false);
   TrainResult run();
+  // After the run ended for a regroup: whether it got as far as a state of its own (past the
+  // state exchange), that state, and what the run did so far.
+  bool holds_state() const { return holds_state_; }
+  CarriedState carry();
+  const TrainResult& partial() const { return result_; }
+  bool writes_checkpoints() const { return writes_checkpoints_; }
 
  private:
   // The figures of the epoch in progress.
@@ -193,6 +223,15 @@ class FitRun {
   // file where every rank has it (a shared volume), else sent by the rank that holds it
   // (state_from_peer). Every rank loads it or every rank fails. nullopt: none anywhere.
   std::optional<Checkpoint> load_newest(std::string& chosen);
+  // The newest state a rank of this world holds in memory (from an earlier world: a regroup),
+  // sent by the rank that holds it to every other; nullopt when none holds one.
+  std::optional<Checkpoint> load_held(std::string& chosen);
+  // Every rank's `mine` (a step, -1 for none) into `steps`; the newest and the first rank with it.
+  std::pair<int64_t, int> newest_step(int64_t mine, std::vector<int64_t>& steps);
+  // The state in `bytes` loaded on every rank, or every rank fails (`failure`: this rank's
+  // already, say it could not read its file).
+  Checkpoint load_on_every_rank(const std::string& bytes, std::exception_ptr failure,
+                                const std::string& chosen);
   std::string state_from_peer(const std::string& bytes, std::exception_ptr& failure,
                               const std::string& chosen, int holder, int64_t newest,
                               const std::vector<int64_t>& steps);
@@ -298,11 +337,16 @@ class FitRun {
   detail::StepTrace trace_;
   // DDP_TEST_STEP_DELAY_MS: this rank computes each step this much longer (tests only).
   const std::chrono::milliseconds test_step_delay_;
+  const CarriedState* carried_;
+  const bool regroups_;
+  bool from_memory_ = false;    // the state came from a rank's memory (load_held)
+  bool holds_state_ = false;    // past resume() and prepare()
+  bool regroup_voted_ = false;  // the ranks voted to regroup (stop flag 2), taken at the boundary
 };
 
 FitRun::FitRun(Communicator& comm, std::shared_ptr<models::Classifier> model,
                const data::ImageDataset& train_set, const data::ImageDataset& test_set,
-               const TrainerOptions& options)
+               const TrainerOptions& options, const CarriedState* carried, bool regroups)
     : comm_(comm),
       model_(std::move(model)),
       train_set_(train_set),
@@ -321,10 +365,15 @@ FitRun::FitRun(Communicator& comm, std::shared_ptr<models::Classifier> model,
       checkpoints_(options.checkpoint_dir, options.keep_checkpoints),
       stragglers_(make_straggler_monitor(options)),
       trace_(make_step_trace(options, comm)),
-      test_step_delay_(settings::integer_or_default(settings::kTestStepDelayMs)) {
+      test_step_delay_(settings::integer_or_default(settings::kTestStepDelayMs)),
+      carried_(carried),
+      regroups_(regroups) {
   if (rank_ == 0 && !options_.metrics_path.empty()) metrics_ = MetricsLog(options_.metrics_path);
   live_ = live::Writer::from_environment(rank_, world_);
-  seed_rng(data::mix_seed(options_.seed, 0x5eed, static_cast<uint64_t>(rank_)));
+  // A regrouped process keeps its generator (resume() reseeds it where the world changed).
+  if (carried_ == nullptr) {
+    seed_rng(data::mix_seed(options_.seed, 0x5eed, static_cast<uint64_t>(rank_)));
+  }
 }
 
 data::DataLoader FitRun::make_loader(const data::ImageDataset& train_set,
@@ -339,9 +388,10 @@ data::DataLoader FitRun::make_loader(const data::ImageDataset& train_set,
 
 TrainResult FitRun::run() {
   if (!options_.checkpoint_dir.empty()) find_volumes();
-  if (!options_.checkpoint_dir.empty() && options_.resume) resume();
+  if (regroups_ || (!options_.checkpoint_dir.empty() && options_.resume)) resume();
   prepare();
   note_applied();
+  holds_state_ = true;
   const bool last_words = writes_checkpoints_;
   if (last_words) ddp::detail::AbortNotice::set_last_words([this] { save_last_step(); });
   struct Clear {
@@ -353,7 +403,11 @@ TrainResult FitRun::run() {
   try {
     train();
   } catch (const CommError&) {
-    if (ddp::detail::AbortNotice::raised()) ddp::detail::AbortNotice::say_last_words();
+    // (A regroup keeps the state in memory: no last words.)
+    if (ddp::detail::AbortNotice::raised() &&
+        ddp::detail::AbortNotice::regroup() == ddp::detail::AbortNotice::Regroup::kNone) {
+      ddp::detail::AbortNotice::say_last_words();
+    }
     throw;
   }
   return finish();
@@ -409,20 +463,23 @@ void FitRun::find_volumes() {
 }
 
 std::optional<Checkpoint> FitRun::load_newest(std::string& chosen) {
+  if (regroups_) {
+    if (auto held = load_held(chosen)) return held;
+  }
+  if (options_.checkpoint_dir.empty() || !options_.resume) return std::nullopt;
   // Each rank's newest valid checkpoint in its own directory: a shared volume shows every rank
   // the same one; a volume per pod (emptyDir) shows each pod its own, or none (a new pod).
   const std::optional<std::string> mine = checkpoints_.latest_valid();
-  std::vector<int64_t> step{-1};
+  int64_t step = -1;
   if (mine) {
     const auto named = CheckpointDirectory::step_of(*mine);
-    step[0] = named ? *named : read_checkpoint_meta(*mine).global_step;
+    step = named ? *named : read_checkpoint_meta(*mine).global_step;
   }
-  std::vector<int64_t> steps(static_cast<std::size_t>(world_));
-  comm_.allgather(step, steps);
-  const int64_t newest = *std::max_element(steps.begin(), steps.end());
+  std::vector<int64_t> steps;
+  const std::pair<int64_t, int> found = newest_step(step, steps);
+  const int64_t newest = found.first;
+  const int holder = found.second;
   if (newest < 0) return std::nullopt;
-  const int holder =
-      static_cast<int>(std::find(steps.begin(), steps.end(), newest) - steps.begin());
   const bool everyone_has =
       std::all_of(steps.begin(), steps.end(), [newest](int64_t s) { return s == newest; });
   chosen = broadcast_string(comm_, rank_ == holder ? *mine : "", holder);
@@ -434,6 +491,19 @@ std::optional<Checkpoint> FitRun::load_newest(std::string& chosen) {
     failure = std::current_exception();
   }
   if (!everyone_has) bytes = state_from_peer(bytes, failure, chosen, holder, newest, steps);
+  return load_on_every_rank(bytes, failure, chosen);
+}
+
+std::pair<int64_t, int> FitRun::newest_step(int64_t mine, std::vector<int64_t>& steps) {
+  std::vector<int64_t> step{mine};  // (a Buffer views mutable memory)
+  steps.assign(static_cast<std::size_t>(world_), -1);
+  comm_.allgather(step, steps);
+  const auto newest = std::max_element(steps.begin(), steps.end());
+  return {*newest, static_cast<int>(newest - steps.begin())};
+}
+
+Checkpoint FitRun::load_on_every_rank(const std::string& bytes, std::exception_ptr failure,
+                                      const std::string& chosen) {
   Checkpoint loaded;
   try {
     if (!failure) loaded = load_checkpoint_bytes(bytes, chosen, model_.get(), optimizer_.get());
@@ -447,7 +517,30 @@ std::optional<Checkpoint> FitRun::load_newest(std::string& chosen) {
   }
   if (any_rank(comm_, failure != nullptr)) {
     if (failure) std::rethrow_exception(failure);
-    throw DataError(chosen, "another rank could not load this checkpoint (see its error)");
+    throw DataError(chosen, "another rank could not load this state (see its error)");
+  }
+  return loaded;
+}
+
+std::optional<Checkpoint> FitRun::load_held(std::string& chosen) {
+  std::vector<int64_t> steps;
+  const std::pair<int64_t, int> found =
+      newest_step(carried_ != nullptr ? carried_->step : -1, steps);
+  const int64_t newest = found.first;
+  const int holder = found.second;
+  if (newest < 0) return std::nullopt;
+  const auto start = Clock::now();
+  const std::string bytes = broadcast_string(comm_, rank_ == holder ? carried_->bytes : "", holder);
+  chosen = fmt::format("the state rank {} held in memory (step {})", holder, newest);
+  const Checkpoint loaded = load_on_every_rank(bytes, nullptr, chosen);
+  from_memory_ = true;
+  result_.state_from_rank = holder;
+  if (rank_ == 0) {
+    log::info(
+        "regrouped in-process into {} ranks: the state of step {} came from rank {}'s memory "
+        "({:.1f} MB in {:.2f} s); nothing was read from a checkpoint",
+        world_, newest, holder, static_cast<double>(bytes.size()) / 1e6,
+        seconds_between(start, Clock::now()));
   }
   return loaded;
 }
@@ -515,8 +608,11 @@ void FitRun::resume() {
           int64_t{reference_world_} * options_.data.batch_size, lr_scale_);
     }
   }
-  if (meta.world_size == world_ && loaded.rng_states.defined() &&
-      loaded.rng_states.size(0) == world_) {
+  if (from_memory_ && meta.world_size == world_ && carried_ != nullptr && carried_->rank == rank_ &&
+      carried_->world == world_) {
+    // The same place in a world of the same size: this process's generator goes on as it was.
+  } else if (meta.world_size == world_ && loaded.rng_states.defined() &&
+             loaded.rng_states.size(0) == world_) {
     set_rng_state(loaded.rng_states[rank_].contiguous());
   } else if (meta.world_size == world_) {
     // A checkpoint written as last words (save_last_step) holds no generator states.
@@ -528,7 +624,7 @@ void FitRun::resume() {
                             static_cast<uint64_t>(global_step_)));
   } else {
     log::warn(
-        "checkpoint was written by {} ranks, this run has {}: the epoch goes on from sample "
+        "the state is of a world of {} ranks, this one has {}: the epoch goes on from sample "
         "position {} of {} (each remaining sample once), augmentation and dropout from a fresh "
         "random stream, at a learning rate scaled by {:.4g} (world {} of the starting {}{})",
         meta.world_size, world_, epoch_offset_, train_set_.size(), lr_scale_, world_,
@@ -604,6 +700,7 @@ bool FitRun::train_epoch(EpochStats& stats) {
     if (options_.log_every > 0 && global_step_ % options_.log_every == 0) {
       log_progress(stats, loss);
     }
+    if (regroup_voted_) throw RegroupVoted{};  // the step is applied and logged
     if (stragglers_.due()) report_stragglers();
     if (stopping_) break;
     if (options_.checkpoint_every > 0 && global_step_ % options_.checkpoint_every == 0) {
@@ -624,8 +721,13 @@ double FitRun::step(const data::Batch& batch) {
   const bool last_micro = micro_ + 1 >= group_;
   const int64_t step_number = global_step_ + 1;
   trace_.begin_step(comm_, step_number);
-  // Agree on stopping while this step computes: every rank leaves after the same step.
-  stop_flag_[0] = stop_requested() ? 1 : 0;
+  // Agree on stopping while this step computes: every rank leaves after the same step. 2: a
+  // regroup notice (a node joins, or was lost): every rank leaves its world after the same step.
+  // (A node that leaves stops every rank by its own vote.)
+  using Regroup = ddp::detail::AbortNotice::Regroup;
+  const Regroup notice = ddp::detail::AbortNotice::regroup();
+  const bool regroup = regroups_ && (notice == Regroup::kAfterStep || notice == Regroup::kNow);
+  stop_flag_[0] = regroup ? 2 : stop_requested() ? 1 : 0;
   Work stop_vote = [&] {
     const flight::OpLabel label("stopvote", -1);
     return comm_.allreduce_async(stop_flag_, ReduceOp::kMax);
@@ -691,7 +793,8 @@ double FitRun::step(const data::Batch& batch) {
   ++batch_in_epoch_;
   const double loss_value = loss.item<double>();
   stop_vote.wait();
-  stop_voted_ = stop_voted_ || stop_flag_[0] != 0;
+  stop_voted_ = stop_voted_ || stop_flag_[0] == 1;
+  regroup_voted_ = regroup_voted_ || stop_flag_[0] == 2;
   if (last_micro) {
     ++global_step_;
     micro_ = 0;
@@ -812,6 +915,18 @@ void FitRun::end_epoch(const EpochStats& stats) {
   stopping_ = any_rank(comm_, stop_requested());
 }
 
+CarriedState FitRun::carry() {
+  std::lock_guard<std::mutex> lock(position_mu_);
+  CarriedState carried;
+  Checkpoint checkpoint;
+  checkpoint.meta = meta_at(applied_);
+  carried.bytes = serialize_checkpoint(checkpoint, *model_, optimizer_.get());
+  carried.step = applied_.global_step;
+  carried.rank = rank_;
+  carried.world = world_;
+  return carried;
+}
+
 void FitRun::note_applied() {
   std::lock_guard<std::mutex> lock(position_mu_);
   applied_ = {epoch_, batch_in_epoch_, epoch_offset_, global_step_};
@@ -869,9 +984,12 @@ void FitRun::save_checkpoint(int64_t at_epoch, int64_t at_batch) {
 TrainResult FitRun::finish() {
   if (stopping_ && progress_step() < last_step_) {
     result_.status = TrainStatus::kPreempted;
-    if (rank_ == 0) {
+    if (rank_ == 0 && stop_signal_number() != 0) {
       log::warn("stopped by signal {} after step {}; the checkpoint resumes it",
                 stop_signal_number(), global_step_);
+    } else if (rank_ == 0) {
+      log::warn("stopped after step {} by another rank's stop signal; the checkpoint resumes it",
+                global_step_);
     }
   } else {
     save_checkpoint(epoch_, batch_in_epoch_);
@@ -896,8 +1014,119 @@ TrainResult FitRun::finish() {
 TrainResult Trainer::fit() {
   if (options_.tune_malloc) keep_freed_memory_for_reuse();
   if (options_.handle_signals) install_stop_signal_handlers();
-  FitRun run(comm_, model_, train_set_, test_set_, options_);
+  if (group_ != nullptr && group_->can_regroup()) return fit_regrouping();
+  FitRun run(*comm_, model_, train_set_, test_set_, options_);
   return run.run();
+}
+
+namespace {
+
+// Whether `error` ended the world for a regroup: ddprun's notice came, or comes within
+// DDP_REGROUP_WAIT_SEC of a collective failure (a peer killed: its connections closed before
+// ddprun declared its node lost). A stop signal ends the wait: the node is being stopped.
+// Adds what the run of one world did to `before`, the earlier worlds' result.
+void note_world(TrainResult& before, const TrainResult& world) {
+  before.epochs.insert(before.epochs.end(), world.epochs.begin(), world.epochs.end());
+  if (before.resumed_from_step == -2) {
+    before.resumed_from_step = world.resumed_from_step;
+  } else if (before.regrouped_at.size() < static_cast<std::size_t>(before.regroups) &&
+             world.resumed_from_step >= 0) {
+    before.regrouped_at.push_back(world.resumed_from_step);
+  }
+}
+
+// The last world's result with what the earlier ones did.
+TrainResult with_earlier_worlds(TrainResult before, TrainResult last) {
+  note_world(before, last);
+  last.epochs = std::move(before.epochs);
+  last.regroups = before.regroups;
+  last.regrouped_at = before.regrouped_at;
+  if (before.resumed_from_step != -2) last.resumed_from_step = before.resumed_from_step;
+  return last;
+}
+
+bool notice_within_wait() {
+  const auto deadline =
+      Clock::now() + std::chrono::seconds(settings::integer_or_default(settings::kRegroupWaitSec));
+  while (Clock::now() < deadline && !stop_requested()) {
+    if (regroup_requested(std::chrono::milliseconds(100))) return true;
+  }
+  return regroup_requested();
+}
+
+bool ended_for_regroup(const std::exception& error) {
+  if (regroup_requested()) return true;
+  if (dynamic_cast<const ConfigError*>(&error) != nullptr ||
+      dynamic_cast<const DataError*>(&error) != nullptr) {
+    return false;
+  }
+  return notice_within_wait();
+}
+
+// A world that ended because another node's ranks were asked to stop (their node leaves: a
+// deleted pod, a spot reclaim): the stop vote ended it for every rank, after a checkpoint. This
+// rank, not asked itself, stays for the regroup ddprun then offers.
+bool left_by_a_peer(const TrainResult& result) {
+  return result.status == TrainStatus::kPreempted && !stop_requested();
+}
+
+// While the process waits for its place in the next world, its last words (should ddprun fall
+// back to a restart after all) are the state it carries, where it writes checkpoints.
+void carry_as_last_words(const CarriedState& carried, const TrainerOptions& options) {
+  ddp::detail::AbortNotice::set_last_words([&carried, &options] {
+    const std::string path = CheckpointDirectory(options.checkpoint_dir, options.keep_checkpoints)
+                                 .save(carried.step, carried.bytes);
+    log::info("checkpoint {} of step {}, the state held for the regroup: {}", path, carried.step,
+              ddp::detail::AbortNotice::message());
+  });
+}
+
+}  // namespace
+
+TrainResult Trainer::fit_regrouping() {
+  ProcessGroup& group = *group_;
+  group.offer_regroup();
+  struct Withdraw {
+    ProcessGroup& group;
+    ~Withdraw() {
+      ddp::detail::AbortNotice::set_last_words(nullptr);
+      group.withdraw_regroup();
+    }
+  } withdraw{group};
+  std::optional<CarriedState> carried;
+  TrainResult before;  // what the earlier worlds did
+  before.resumed_from_step = -2;
+  for (;;) {
+    if (options_.hang_warn_sec) {
+      group.comm->set_hang_warning(std::chrono::seconds(*options_.hang_warn_sec));
+    }
+    auto run = std::make_unique<FitRun>(*group.comm, model_, train_set_, test_set_, options_,
+                                        carried ? &*carried : nullptr, /*regroups=*/true);
+    try {
+      TrainResult result = run->run();
+      if (!left_by_a_peer(result)) return with_earlier_worlds(before, result);
+      log::info(
+          "another node is leaving (its stop signal ended this world after step {}): "
+          "this rank stays for ddprun's regroup",
+          result.global_step);
+      if (!notice_within_wait()) return with_earlier_worlds(before, result);
+    } catch (const RegroupVoted&) {
+      log::info("leaving this world after the ranks' last step together, to regroup: {}",
+                ddp::detail::AbortNotice::reason());
+    } catch (const std::exception& e) {
+      if (!ended_for_regroup(e)) throw;
+      log::warn("giving up the step in flight to regroup ({}): {}",
+                ddp::detail::AbortNotice::reason(), e.what());
+    }
+    if (run->holds_state()) carried = run->carry();
+    note_world(before, run->partial());
+    const bool last_words = carried && run->writes_checkpoints();
+    run.reset();
+    if (last_words) carry_as_last_words(*carried, options_);
+    group.regroup();
+    ddp::detail::AbortNotice::set_last_words(nullptr);
+    ++before.regroups;
+  }
 }
 
 }  // namespace ddp::train

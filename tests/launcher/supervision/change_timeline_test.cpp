@@ -27,6 +27,21 @@ TEST(ChangeTimeline, StatesEachPhaseFromDetection) {
             "started +1.30 s, first step +2.41 s");
 }
 
+TEST(ChangeTimeline, NamesARegroupInProcess) {
+  ChangeTimeline t = lost_node();
+  t.in_process = true;
+  t.agreed = t.detected + 1150ms;
+  t.round = 2;
+  t.nodes = 2;
+  t.world_size = 2;
+  t.started = t.detected + 1160ms;
+  t.first_step = t.detected + 1400ms;
+  EXPECT_EQ(t.line(),
+            "membership change (node 1 (train-1) was lost: no heartbeat for 15.0 s): detected, "
+            "workers regrouped in-process +1.10 s, agreed +1.15 s (round 2: 2 nodes, 2 ranks), "
+            "workers placed +1.16 s, first step +1.40 s");
+}
+
 TEST(ChangeTimeline, SaysWhatIsNotKnown) {
   ChangeTimeline t = lost_node();
   EXPECT_NE(t.line().find("workers stopped +1.10 s, no new round agreed"), std::string::npos)

@@ -233,6 +233,14 @@ TEST(AfterRound, SuccessWaitsAtTheExitBarrierAndALostStoreEndsTheNode) {
             AfterRound::kLeave);
 }
 
+TEST(AfterRound, AChangeMetInProcessGoesToTheNextRoundWithoutARestart) {
+  RoundOutcome regrouped;
+  regrouped.kind = RoundOutcome::Kind::kRegrouped;
+  regrouped.root_cause = worker_failure(1, 1);
+  regrouped.root_cause->kind = "lost";
+  EXPECT_EQ(decide_after_round(regrouped, true, 0, 0), AfterRound::kNextRound);
+}
+
 TEST(AfterRound, AFailureRestartsWhileRestartsAreLeftThenGivesUp) {
   const auto failed = outcome_of(RoundOutcome::Kind::kFailed);
   EXPECT_EQ(decide_after_round(failed, false, 0, 1), AfterRound::kRestart);

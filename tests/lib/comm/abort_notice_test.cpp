@@ -166,5 +166,86 @@ TEST(AbortNotice, LastWordsAreSaidOnceAndClearingThemWaitsForTheirEnd) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
+// In-process regrouping: an armed process takes a regroup notice as such (raised, wakers run
+// for "regroup:", the process lives on), clears it once regrouped, takes the next notice, and
+// still ends on a plain reason written over a notice (ddprun fell back to a restart).
+std::string regroup_file_path;
+
+void write_notice(const std::string& text) {
+  std::ofstream(regroup_file_path + ".partial") << text << "\n";
+  std::rename((regroup_file_path + ".partial").c_str(), regroup_file_path.c_str());
+}
+
+bool within(Clock::duration limit, const std::function<bool()>& condition) {
+  const auto end = Clock::now() + limit;
+  while (!condition()) {
+    if (Clock::now() > end) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+TEST(AbortNotice, AnArmedProcessRegroupsOnANoticeAndEndsOnAPlainReasonOverIt) {
+  char dir[] = "/tmp/ddp-abort-notice-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  regroup_file_path = std::string(dir) + "/abort";
+  const auto [status, took] = in_child(
+      [] {
+        static std::atomic<int> woken{0};
+        ::setenv("DDP_ABORT_FILE", regroup_file_path.c_str(), 1);
+        ::unsetenv("TORCHELASTIC_ERROR_FILE");
+        AbortNotice::arm_regroup(true);
+        AbortNotice::add_waker(&woken, [] { ++woken; });
+        AbortNotice::watch_file_from_environment(0);
+        write_notice("regroup: node 2 (pod-2) was lost");
+        if (!within(2s, [] { return AbortNotice::regroup() == AbortNotice::Regroup::kNow; })) {
+          return 1;
+        }
+        if (AbortNotice::reason() != "node 2 (pod-2) was lost" || woken != 1) return 2;
+        std::this_thread::sleep_for(AbortNotice::kGrace + 300ms);  // no end after the grace
+        std::filesystem::remove(regroup_file_path);
+        AbortNotice::clear();
+        if (AbortNotice::raised() || AbortNotice::regroup() != AbortNotice::Regroup::kNone)
+          return 3;
+        std::this_thread::sleep_for(300ms);  // the watcher reads the file again: none
+        if (AbortNotice::raised()) return 4;
+        write_notice("regroup after step: 1 node waiting to join");
+        if (!within(2s,
+                    [] { return AbortNotice::regroup() == AbortNotice::Regroup::kAfterStep; })) {
+          return 5;
+        }
+        if (woken != 1) return 6;  // a join wakes nothing: the ranks stop after the step
+        write_notice("node 0 (pod-0) was lost");  // the fallback: the process ends
+        std::this_thread::sleep_for(10s);
+        return 7;
+      },
+      20s);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), exit_code::kComm);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(AbortNotice, AnUnarmedProcessTakesARegroupNoticeAsAnAbort) {
+  char dir[] = "/tmp/ddp-abort-notice-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  regroup_file_path = std::string(dir) + "/abort";
+  const auto [status, took] = in_child(
+      [] {
+        ::setenv("DDP_ABORT_FILE", regroup_file_path.c_str(), 1);
+        ::unsetenv("TORCHELASTIC_ERROR_FILE");
+        AbortNotice::watch_file_from_environment(0);
+        write_notice("regroup: node 2 (pod-2) was lost");
+        if (!within(2s, [] { return AbortNotice::raised(); })) return 1;
+        if (AbortNotice::regroup() != AbortNotice::Regroup::kNone) return 2;
+        if (AbortNotice::message() != "aborted by ddprun: node 2 (pod-2) was lost") return 3;
+        std::this_thread::sleep_for(10s);
+        return 4;
+      },
+      20s);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), exit_code::kComm);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ddp::detail

@@ -20,6 +20,13 @@
           (--nnodes 1:3: the cut-off host must not go on alone); pod 0 recreated before the
           others moved the store; and a Python program under the deletion. See store_failover,
           store_cut_off, store_host_back_early and store_failover_python.
+  regroup (--scenarios regroup; 3 pods, --nnodes 2:3, a checkpoint volume per pod): the
+          workers regroup in-process (DDPRUN_REGROUP=1, the default) when pod 2 vanishes and
+          when it comes back, and when pod 0, the store's host, is deleted and recreated;
+          nothing is read from a checkpoint. See regroup_in_process and
+          regroup_store_host_deleted.
+Every other scenario runs with DDPRUN_REGROUP=0: they test the restart path, the one Python
+programs take (and store_failover_python, with regrouping on, shows that they do).
 Each is compared with fixed-size runs (1 pod, 2 pods; 2 and 3 pods for failover) of the same training: every round and its
 world size must show in the logs, and the test accuracy must be within the tolerance of the
 fixed run of the size the training began with (same learning-rate policy: the rate given is for
@@ -49,7 +56,7 @@ PYTHONS = ("/usr/bin/python3",
            os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../interop/torch2-python"))
 # The fixed-size runs each scenario compares with.
 FIXED_SIZES = {"grow": (1, 2), "shrink": (1, 2), "vanish": (1, 2), "failover": (2, 3),
-               "failover-early": ()}
+               "failover-early": (), "regroup": (2, 3)}
 
 
 def check(name, ok, detail=""):
@@ -58,12 +65,15 @@ def check(name, ok, detail=""):
     return ok
 
 
-def check_timeline(scenario, out, cause, round_, nodes):
-    """The agent's one line on the change: each phase after detection, in order, up to the
-    first step of the new world (change_timeline.h)."""
-    m = re.search(r"membership change \((.*)\): detected, workers stopped \+([\d.]+) s, agreed "
-                  r"\+([\d.]+) s \(round (\d+): (\d+) nodes, \d+ ranks\), workers started "
-                  r"\+([\d.]+) s, first step \+([\d.]+) s", out)
+def check_timeline(scenario, out, cause, round_, nodes, in_process=False):
+    """The agent's one line on the change whose cause matches `cause`: each phase after
+    detection, in order, up to the first step of the new world (change_timeline.h); with
+    `in_process`, the words of a regroup in-process."""
+    stopped, started = ("regrouped in-process", "placed") if in_process else ("stopped", "started")
+    lines = re.finditer(r"membership change \((.*)\): detected, workers " + stopped + r" \+([\d.]+) s, "
+                        r"agreed \+([\d.]+) s \(round (\d+): (\d+) nodes, \d+ ranks\), workers " + started
+                        + r" \+([\d.]+) s, first step \+([\d.]+) s", out)
+    m = next((line for line in lines if re.search(cause, line.group(1))), None)
     times = [float(m.group(i)) for i in (2, 3, 6, 7)] if m else []
     check(f"{scenario}: one line states the change's timeline up to the new world's first step",
           m is not None and re.search(cause, m.group(1)) is not None
@@ -182,13 +192,14 @@ class Pods:
 class Agent:
     """One pod's ddprun, its output in a file; killed (process group) on close."""
 
-    def __init__(self, pods, i, args, work, name):
+    def __init__(self, pods, i, args, work, name, regroup=False):
         self.log_path = os.path.join(work, f"{name}.log")
         self.log = open(self.log_path, "w")
         argv = ["ip", "netns", "exec", pods.ns(i), "unshare", "--uts", "/bin/sh", "-c",
                 f"hostname pod-{i} && exec \"$0\" \"$@\""] + args
+        env = dict(os.environ, DDPRUN_REGROUP="1" if regroup else "0")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, env=env)
 
     def output(self):
         with open(self.log_path, errors="replace") as f:
@@ -393,6 +404,53 @@ def store_host_back_early(start, work):
               f"exit codes {codes}: {run[1].output()[-400:]}")
 
 
+def regroup_store_host_deleted(start, work, fixed, tolerance):
+    """regroup (pod 0 deleted): 3 pods, a checkpoint volume each; pod 0, the store's host, is
+    deleted mid-epoch (SIGTERM to its agent, then its namespace removed). Its trainer's stop vote
+    stops every rank after the same step; pod 0 leaves with 75, and pods 1 and 2 move the store
+    and regroup in-process as 2 ranks, from memory. Pod 0 is recreated with an empty volume: it
+    finds the moved store, and the 3 regroup in-process again, its rank taking the state from
+    pod 1's memory. Nothing is read from a checkpoint on pods 1 and 2."""
+    with Pods(3) as pods:
+        ckpt = os.path.join(work, "regroup-deleted")
+        conf = ",store_peers=" + ";".join(pods.ip(i) for i in range(3))
+        run = [start(pods, i, f"regroup-deleted-pod{i}", f"{ckpt}/pod{i}", "2:3", last_call=600,
+                     conf=conf, regroup=True) for i in range(3)]
+        together = run[0].wait_for(r"epoch 1/3 step 20/", 240)
+        check("regroup (pod 0 deleted): 3 pods train as one group", together, run[0].output()[-300:])
+        os.killpg(run[0].proc.pid, signal.SIGTERM)  # the kubelet deleting pod 0
+        left = run[0].wait(60)
+        pods.delete(0)
+        shrunk = run[1].wait_for(r"regrouped in-process into 2 ranks", 120) and \
+            run[1].wait_for(r"membership change \(node 0 \(pod-0\).*first step \+[\d.]+ s", 60)
+        out1 = run[1].output()
+        check("regroup (pod 0 deleted): pod 0 leaves with 75; pods 1 and 2 move the store and regroup "
+              "in-process as 2 ranks, from memory",
+              left == 75 and shrunk and "the rendezvous store moved to node" in out1
+              and "regrouping this node's workers in-process for the next round: node 0 (pod-0)" in out1
+              and re.search(r"the state of step \d+ came from rank \d's memory", out1) is not None,
+              f"exit {left}: " + " | ".join(l for l in out1.splitlines() if "regroup" in l or "round" in l)[-900:])
+        check_timeline("regroup (pod 0 deleted)", out1, r"node 0 \(pod-0\)", 1, 2, in_process=True)
+        pods.create(0)
+        again = start(pods, 0, "regroup-deleted-pod0-again", f"{ckpt}/pod0-again", "2:3", last_call=600,
+                      conf=conf, regroup=True)
+        codes = [again.wait(400), run[1].wait(120), run[2].wait(120)]
+        out0, out1 = again.output(), run[1].output()
+        check("regroup (pod 0 deleted): the recreated pod 0 finds the moved store, the 3 regroup "
+              "in-process, its rank taking the state from pod 1's memory, and all finish",
+              codes == [0, 0, 0] and f"the job's rendezvous store moved to {pods.ip(1)}:29400" in out0
+              and re.search(r"regrouped in-process into 3 ranks: the state of step \d+ came from rank 1's "
+                            r"memory", out0) is not None,
+              f"exit codes {codes}: {out0[-600:]}")
+        check("regroup (pod 0 deleted): pods 1 and 2 read nothing from a checkpoint, nor restarted",
+              all(re.search(r"resumed from \S*checkpoint-", a.output()) is None
+                  and "restarting the group" not in a.output() for a in run[1:]), out1[-400:])
+        grown = accuracy(out0)
+        check(f"regroup (pod 0 deleted): test accuracy within {tolerance} pt of the fixed runs' span",
+              within_span(grown, fixed, tolerance, (2, 3)),
+              f"{grown} % against the fixed 2-pod run's {fixed.get(2)} % and 3-pod run's {fixed.get(3)} %")
+
+
 def store_failover_python(ddprun, agents, work, python):
     """failover (Python): the same deletion and recreation of pod 0 under an unchanged
     torch.distributed program (gloo_elastic.py; Debian's torch 1.13, then PyTorch 2.6 from the
@@ -420,7 +478,7 @@ def store_failover_python(ddprun, agents, work, python):
                 python, script, stop]
 
         def launch(i, name):
-            agents.append(Agent(pods, i, argv, work, name))
+            agents.append(Agent(pods, i, argv, work, name, regroup=True))
             return agents[-1]
 
         run = [launch(i, f"failover-python-{slug}-pod{i}") for i in range(3)]
@@ -440,6 +498,70 @@ def store_failover_python(ddprun, agents, work, python):
         codes = [again.wait(120), run[1].wait(60), run[2].wait(60)]
         check(f"failover (Python, {torch}): the recreated pod 0 joins the store on pod 1, and all three finish",
               grown and codes == [0, 0, 0], f"exit codes {codes}: {again.output()[-600:]}")
+        check(f"failover (Python, {torch}): the program does not regroup in-process, and ddprun says so "
+              "once as it restarts it",
+              "does not regroup in-process (only a Trainer built on the library's process group does)"
+              in run[1].output() and "regrouping this node's workers in-process" not in run[1].output(),
+              run[1].output()[-600:])
+
+
+def regroup_in_process(start, work, fixed, tolerance):
+    """regroup: 3 pods train with a checkpoint volume each (emptyDir: no volume is shared). Pod 2
+    vanishes mid-epoch (its link cut, its processes left running): pods 0 and 1 declare it lost,
+    and their trainers, blocked in gloo, are woken by the regroup notice, keep their state in
+    memory and go on as 2 ranks, neither restarted nor reading a checkpoint. Pod 2 is then
+    recreated with an empty volume: the 2 running ranks stop after the same step and the 3 go on,
+    the new rank taking the state from rank 0's memory. All finish with --max-restarts 0."""
+    with Pods(3) as pods:
+        ckpt = os.path.join(work, "regroup")
+        conf = ",store_peers=" + ";".join(pods.ip(i) for i in range(3))
+        run = [start(pods, i, f"regroup-pod{i}", f"{ckpt}/pod{i}", "2:3", conf=conf, regroup=True)
+               for i in range(3)]
+        together = run[0].wait_for(r"epoch 1/3 step 40/", 180)
+        check("regroup: 3 pods train as one group", together, run[0].output()[-300:])
+        stranded = pods.vanish(2)
+        shrunk = run[0].wait_for(r"regrouped in-process into 2 ranks", 120)
+        run[0].wait_for(r"membership change \(node 2 \(pod-2\) was lost.*first step \+", 60)
+        out0 = run[0].output()
+        lost = out0.split("was lost: no heartbeat")[-1].split("regrouped in-process into 3 ranks")[0]
+        check("regroup: pods 0 and 1 regroup in-process as 2 ranks when pod 2 vanishes, from memory",
+              shrunk and "regrouping this node's workers in-process for the next round: node 2 (pod-2) "
+              "was lost" in out0 and re.search(r"the state of step \d+ came from rank 0's memory "
+                                               r"\([\d.]+ MB in [\d.]+ s\); nothing was read", out0)
+              and "round 1: node 0 of 2" in out0,
+              out0[-800:])
+        check("regroup: no worker was stopped or restarted for the loss",
+              "restarting the group" not in out0 and "sending SIGKILL" not in lost
+              and "aborted by ddprun" not in out0 and "does not regroup" not in out0, lost[-600:])
+        check_timeline("regroup (lost)", out0, r"node 2 \(pod-2\) was lost", 1, 2, in_process=True)
+        # The step in flight given up, the 2 ranks go on from the last step applied, at the sample
+        # position the 3 ranks reached: each sample of the epoch once (3 x 64 a step, epoch 1).
+        held = re.search(r"the state of step (\d+) came from rank 0's memory", out0)
+        position = re.search(r"this one has 2: the epoch goes on from sample position (\d+) of 20000", out0)
+        check("regroup: the 2 ranks go on at the sample position the 3 reached at the last step applied",
+              held is not None and position is not None
+              and int(position.group(1)) == int(held.group(1)) * 3 * 64,
+              (held.group(0) if held else "no state held") + " | "
+              + (position.group(0) if position else "no position"))
+        kill_all(stranded)
+        pods.create(2)
+        again = start(pods, 2, "regroup-pod2-again", f"{ckpt}/pod2-again", "2:3", conf=conf, regroup=True)
+        codes = [again.wait(300), run[0].wait(120), run[1].wait(120)]
+        out0 = run[0].output()
+        grown = accuracy(out0)
+        check("regroup: the recreated pod 2 joins, the 2 running ranks regroup in-process into 3, and "
+              "all three finish",
+              codes == [0, 0, 0] and re.search(r"regrouping this node's workers in-process for the next "
+                                               r"round: node \d \(pod-\d\) saw 1 node waiting to join", out0)
+              and "regrouped in-process into 3 ranks" in out0,
+              f"exit codes {codes}: {out0[-600:]}")
+        check("regroup: nothing was read from a checkpoint on the way",
+              re.search(r"resumed from \S*checkpoint-", out0 + again.output()) is None
+              and "the newest checkpoint" not in out0, out0[-400:])
+        check_timeline("regroup (join)", out0, r"1 node waiting to join", 2, 3, in_process=True)
+        check(f"regroup: test accuracy within {tolerance} pt of the fixed runs' span",
+              within_span(grown, fixed, tolerance, sizes=(2, 3)),
+              f"{grown} % against the fixed 2-pod run's {fixed.get(2)} % and 3-pod run's {fixed.get(3)} %")
 
 
 def main():
@@ -464,9 +586,9 @@ def main():
     work = tempfile.mkdtemp(prefix="ddp-elastic-")
     agents = []
     try:
-        def start(pods, i, name, ckpt, nnodes, restarts=0, last_call=1, conf=""):
+        def start(pods, i, name, ckpt, nnodes, restarts=0, last_call=1, conf="", regroup=False):
             a = Agent(pods, i, agent_args(args.ddprun, args.train_mnist, pods, ckpt, nnodes, restarts,
-                                          last_call, conf), work, name)
+                                          last_call, conf), work, name, regroup)
             agents.append(a)
             return a
 
@@ -502,7 +624,7 @@ def main():
                           "round 1: node 0 of 2, ranks 0..0 of 2" in out0 and "round 1: node 1 of 2" in out1
                           and "ended for a change of members" in out0 and "restarting the group" not in out0,
                           " | ".join(l for l in out0.splitlines() if "round" in l)[:600])
-                    m = re.search(r"checkpoint was written by 1 ranks, this run has 2: the epoch goes on "
+                    m = re.search(r"the state is of a world of 1 ranks, this one has 2: the epoch goes on "
                                   r"from sample position (\d+) of 20000", out0)
                     check(f"{grow}: the 2-node round resumed the epoch at the sample position the 1-node "
                           "round reached",
@@ -551,7 +673,7 @@ def main():
                       and "round 1: every node that survived round 0 is in (1 survivors, 1 nodes)" in out0,
                       " | ".join(l for l in out0.splitlines() if "round" in l)[:600])
                 check("shrink: the 1-node round resumed the epoch where the 2 nodes stopped",
-                      re.search(r"checkpoint was written by 2 ranks, this run has 1: the epoch goes on from "
+                      re.search(r"the state is of a world of 2 ranks, this one has 1: the epoch goes on from "
                                 r"sample position \d+ of 20000", out0) is not None, out0[-600:])
                 check_timeline("shrink", out0, r"node 1 \(pod-1\)", 1, 1)
                 check(f"shrink: test accuracy within {args.tolerance} pt of the fixed runs' span",
@@ -613,6 +735,9 @@ def main():
                 store_failover_python(args.ddprun, agents, work, python)
         if "failover-early" in scenarios:
             store_host_back_early(start, work)
+        if "regroup" in scenarios:
+            regroup_in_process(start, work, fixed, args.tolerance)
+            regroup_store_host_deleted(start, work, fixed, args.tolerance)
     finally:
         for a in agents:
             a.close()

@@ -1,5 +1,6 @@
 // The trainer across real ranks: resuming from a checkpoint continues exactly as an uninterrupted
 // run, sharded evaluation equals evaluation in one process, the schedule, and option checks.
+#include <signal.h>
 #include <torch/torch.h>
 #include <filesystem>
 
@@ -10,12 +11,16 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "ddp/models/classifier.h"
 #include "ddp/models/model_spec.h"
@@ -426,6 +431,191 @@ TEST(Trainer, RejectsAModelBuiltForOtherData) {
         throw std::runtime_error("no error");
       });
   EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+// --- In-process regrouping (ddp/distributed.h) ------------------------------------------------
+// Forked processes play the workers and, in the last one, ddprun's agent: the notice in each
+// worker's DDP_ABORT_FILE, the answer in <DDP_REGROUP_FILE>.ready, the place in DDP_REGROUP_FILE
+// (launcher/supervision/regroup_offer.h).
+
+constexpr auto kRegroupDeadline = 150s;
+
+std::string worker_file(const testing::TempDir& dir, const char* what, int worker) {
+  return dir.file(std::string(what) + "-" + std::to_string(worker));
+}
+
+void write_now(const std::string& path, const std::string& text) {
+  std::ofstream(path + ".partial") << text;
+  std::filesystem::rename(path + ".partial", path);
+}
+
+void wait_for(const std::string& path) {
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!std::filesystem::exists(path)) {
+    require(std::chrono::steady_clock::now() < deadline, "no " + path + " within 60 s");
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+std::string place(int rank, int world, int port, int round) {
+  return fmt::format(
+      "RANK={}\nLOCAL_RANK={}\nWORLD_SIZE={}\nLOCAL_WORLD_SIZE={}\nMASTER_ADDR=127.0.0.1\n"
+      "MASTER_PORT={}\nTORCHELASTIC_USE_AGENT_STORE=1\nTORCHELASTIC_RESTART_COUNT={}\n",
+      rank, rank, world, world, port, round);
+}
+
+// A worker's environment as ddprun gives it (a place, and the two files), set in the child.
+void set_worker_env(const testing::TempDir& dir, int worker, const std::string& where) {
+  std::istringstream lines(where);
+  for (std::string line; std::getline(lines, line);) {
+    const auto eq = line.find('=');
+    setenv(line.substr(0, eq).c_str(), line.substr(eq + 1).c_str(), 1);
+  }
+  setenv("DDP_ABORT_FILE", worker_file(dir, "abort", worker).c_str(), 1);
+  setenv("DDP_REGROUP_FILE", worker_file(dir, "regroup", worker).c_str(), 1);
+  setenv("DDP_REGROUP_WAIT_SEC", "0", 1);
+  setenv("DDP_TIMEOUT_SEC", "60", 1);
+  setenv("DDP_TEST_STEP_DELAY_MS", "100", 1);  // ~1.2 s per epoch: the notice comes mid-run
+}
+
+// A worker at `where` joins its group.
+ProcessGroup start_worker(const testing::TempDir& dir, int worker, const std::string& where) {
+  set_worker_env(dir, worker, where);
+  torch::set_num_threads(1);
+  return init_process_group();
+}
+
+// The agent's part of a regroup of `workers`, once they offer it, into places[i] (empty: that
+// worker is gone).
+void agent_regroups(const testing::TempDir& dir, const std::vector<int>& workers,
+                    const std::string& notice, const std::vector<std::string>& places) {
+  for (int w : workers) wait_for(worker_file(dir, "regroup", w) + ".able");
+  for (int w : workers) write_now(worker_file(dir, "abort", w), notice + "\n");
+  for (int w : workers) wait_for(worker_file(dir, "regroup", w) + ".ready");
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    std::filesystem::remove(worker_file(dir, "abort", workers[i]));
+    if (!places[i].empty()) write_now(worker_file(dir, "regroup", workers[i]), places[i]);
+  }
+}
+
+TrainerOptions regroup_options() {
+  TrainerOptions o = small_options("");
+  o.data.transform.random_crop_flip = false;
+  return o;
+}
+
+const models::ModelSpec kSpec{"mnist_cnn", 1, 12, 12, 4};
+
+TEST(Regroup, AtAStepBoundaryIntoTheSameWorldEndsAsTheUninterruptedRun) {
+  // Both ranks stop after the same step, join a new world of the same two ranks (a new store
+  // round, a new communicator) and go on from memory: the weights end exactly as without it.
+  testing::TempDir dir;
+  testing::TestStoreServer server;
+  const int port = server.port();
+  auto outcomes = testing::run_ranks(3, kRegroupDeadline, [&](int who) {
+    if (who == 2) {
+      agent_regroups(dir, {0, 1}, "regroup after step: a test's node joins",
+                     {place(0, 2, port, 1001), place(1, 2, port, 1001)});
+      return;
+    }
+    ProcessGroup group = start_worker(dir, who, place(who, 2, port, 1000));
+    const auto train_set = synthetic(96, 1);
+    const auto test_set = synthetic(40, 2);
+    auto whole = models::create_model(kSpec, 11);
+    Trainer(*group.comm, whole, train_set, test_set, regroup_options()).fit();
+    auto regrouped = models::create_model(kSpec, 11);
+    const TrainResult r = Trainer(group, regrouped, train_set, test_set, regroup_options()).fit();
+    require(r.regroups == 1, "regroups: " + std::to_string(r.regroups));
+    require(r.global_step == 12, "ended at step " + std::to_string(r.global_step));
+    require(group.env.restart_count == 1001, "the new world is round 1001");
+    const auto pa = parameters_of(*whole);
+    const auto pb = parameters_of(*regrouped);
+    for (std::size_t i = 0; i < pa.size(); ++i) {
+      require(torch::equal(pa[i], pb[i]), "parameter " + std::to_string(i) + " differs");
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+// The sum of every parameter of every rank, which must agree (one world, one model).
+void require_same_model_everywhere(Communicator& comm, models::Classifier& model) {
+  double sum = 0;
+  for (const auto& p : parameters_of(model)) sum += p.sum().item<double>();
+  std::vector<double> mine{sum};
+  std::vector<double> all(static_cast<std::size_t>(comm.size()));
+  comm.allgather(mine, all);
+  for (double s : all) require(s == sum, "the ranks' models differ after the regroup");
+}
+
+TEST(Regroup, AJoinerTakesTheStateFromAPeersMemoryAndNoCheckpointExists) {
+  // Two ranks train; a third process joins at a step boundary and gets the model, optimizer and
+  // position from rank 0's memory by broadcast. There is no checkpoint folder at all.
+  testing::TempDir dir;
+  testing::TestStoreServer server;
+  const int port = server.port();
+  auto outcomes = testing::run_ranks(4, kRegroupDeadline, [&](int who) {
+    if (who == 3) {
+      agent_regroups(dir, {0, 1}, "regroup after step: 1 node waiting to join",
+                     {place(0, 3, port, 2001), place(1, 3, port, 2001)});
+      write_now(dir.file("joiner-place"), place(2, 3, port, 2001));
+      return;
+    }
+    if (who == 2) wait_for(dir.file("joiner-place"));
+    std::ifstream in(who == 2 ? dir.file("joiner-place") : "/dev/null");
+    const std::string joined((std::istreambuf_iterator<char>(in)), {});
+    ProcessGroup group = start_worker(dir, who, who == 2 ? joined : place(who, 2, port, 2000));
+    auto model = models::create_model(kSpec, 11 + who);  // the joiner's weights are its own
+    const TrainResult r =
+        Trainer(group, model, synthetic(96, 1), synthetic(40, 2), regroup_options()).fit();
+    require(r.regroups == (who == 2 ? 0 : 1), "regroups: " + std::to_string(r.regroups));
+    require(r.state_from_rank == 0, "state from rank " + std::to_string(r.state_from_rank));
+    require(group.env.world_size == 3, "the world grew to 3");
+    require_same_model_everywhere(*group.comm, *model);
+    require(r.epochs.back().evaluated && r.epochs.back().eval.accuracy() > 0.6,
+            "accuracy after training is too low");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(outcomes));
+}
+
+TEST(Regroup, AVanishedPeerWakesTheSurvivorFromGlooAndEachSampleIsTrainedOnce) {
+  // Rank 1 is frozen mid-run (SIGSTOP: its connections stay open, as a pod cut off the network),
+  // so rank 0 blocks inside gloo. The notice "regroup:" must wake it at once (its wait would
+  // otherwise last the 60 s op timeout). Rank 0 goes on alone from the last step it applied:
+  // the epoch's remaining positions, so 24 - k steps in all when the regroup came after step k.
+  // Rank 1 then wakes up (SIGCONT) as a stale worker of the old world: it reaches nothing of
+  // the new one (a store round and connections of its own) and fails on its own.
+  testing::TempDir dir;
+  testing::TestStoreServer server;
+  const int port = server.port();
+  auto outcomes = testing::run_ranks(3, kRegroupDeadline, [&](int who) {
+    if (who == 2) {
+      for (int w : {0, 1}) wait_for(worker_file(dir, "regroup", w) + ".able");
+      std::this_thread::sleep_for(500ms);
+      std::ifstream able(worker_file(dir, "regroup", 1) + ".able");
+      pid_t pid = 0;
+      able >> pid;
+      require(pid > 0 && kill(pid, SIGSTOP) == 0, "could not freeze rank 1");
+      std::this_thread::sleep_for(300ms);  // rank 0 is blocked in its next collective
+      const auto notice_at = std::chrono::steady_clock::now();
+      agent_regroups(dir, {0}, "regroup: node 1 was lost", {place(0, 1, port, 3001)});
+      require(std::chrono::steady_clock::now() - notice_at < 10s, "rank 0 answered late");
+      kill(pid, SIGCONT);
+      return;
+    }
+    ProcessGroup group = start_worker(dir, who, place(who, 2, port, 3000));
+    auto model = models::create_model(kSpec, 11);
+    const TrainResult r =
+        Trainer(group, model, synthetic(96, 1), synthetic(40, 2), regroup_options()).fit();
+    require(r.regroups == 1 && group.env.world_size == 1, "rank 0 regrouped alone");
+    require(r.regrouped_at.size() == 1 && r.global_step == 24 - r.regrouped_at[0],
+            fmt::format("ended at step {}; each sample once after a regroup at step {}",
+                        r.global_step, r.regrouped_at.empty() ? -1 : r.regrouped_at[0]));
+  });
+  ASSERT_EQ(outcomes.size(), 3u);
+  EXPECT_EQ(outcomes[0].exit_code, 0) << testing::describe(outcomes[0]);
+  EXPECT_EQ(outcomes[2].exit_code, 0) << testing::describe(outcomes[2]);
+  // The stale rank: its old world's collective failed, and no notice came for it.
+  EXPECT_EQ(outcomes[1].exit_code, 1) << testing::describe(outcomes[1]);
 }
 
 }  // namespace

@@ -19,7 +19,8 @@
 
 namespace ddp {
 class Communicator;
-}
+struct ProcessGroup;
+}  // namespace ddp
 namespace ddp::models {
 class Classifier;
 }
@@ -95,8 +96,14 @@ struct TrainResult {
   int64_t global_step = 0;
   int64_t resumed_from_step = -1;  // -1: started fresh
   // The rank whose checkpoint was sent to ranks that had none as new (a volume per pod); -1:
-  // every rank read its own (a shared volume), or none resumed.
+  // every rank read its own (a shared volume), or none resumed. After a regroup: the rank whose
+  // state in memory the new world took.
   int state_from_rank = -1;
+  // The worlds this process regrouped into in-process (ProcessGroup::regroup), each a change of
+  // members that cost no restart and no checkpoint read.
+  int regroups = 0;
+  // The step each of those worlds began from (the newest step any rank had applied).
+  std::vector<int64_t> regrouped_at;
   std::vector<EpochSummary> epochs;  // epochs finished in this run
 };
 
@@ -106,6 +113,14 @@ class Trainer {
   // by all ranks in full (each rank reads its own shard). `comm` must outlive the trainer.
   Trainer(Communicator& comm, std::shared_ptr<models::Classifier> model,
           data::ImageDataset train_set, data::ImageDataset test_set, TrainerOptions options);
+  // The same on `group`, which must outlive the trainer: in a job ddprun launched, the trainer
+  // then regroups in-process on a membership change (ddp/distributed.h). It abandons the step in
+  // flight (a node lost) or stops after the same step as every rank (a node joins), keeps the
+  // model, optimizer and position in memory, joins the next world, and goes on from the newest
+  // state any rank holds, sent by broadcast to the ranks that lack it (the joiners). No restart,
+  // no libtorch start-up, no checkpoint read.
+  Trainer(ProcessGroup& group, std::shared_ptr<models::Classifier> model,
+          data::ImageDataset train_set, data::ImageDataset test_set, TrainerOptions options);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -114,7 +129,11 @@ class Trainer {
   TrainResult fit();
 
  private:
-  Communicator& comm_;
+  // fit() on a group that regroups: one run per world.
+  TrainResult fit_regrouping();
+
+  Communicator* comm_;
+  ProcessGroup* group_ = nullptr;
   std::shared_ptr<models::Classifier> model_;
   data::ImageDataset train_set_;
   data::ImageDataset test_set_;

@@ -1,10 +1,18 @@
 #include "comm/gloo/gloo_communicator.h"
 
+#include <dirent.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <csignal>
+#include <cstdlib>
 
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 
+#include "comm/abort_notice.h"
 #include "comm/gloo/gloo_device.h"
 #include "comm/gloo/gloo_peer_transport.h"
 #include "comm/gloo/gloo_store_bridge.h"
@@ -26,6 +34,24 @@ void ignore_sigpipe_unless_handled() {
   if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
     std::signal(SIGPIPE, SIG_IGN);
   }
+}
+
+// This process's open sockets: descriptor and inode.
+std::vector<std::pair<int, ino_t>> open_sockets() {
+  std::vector<std::pair<int, ino_t>> sockets;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return sockets;
+  while (const dirent* entry = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    struct stat st {};
+    if (end == entry->d_name || *end != '\0') continue;
+    if (fstat(static_cast<int>(fd), &st) == 0 && S_ISSOCK(st.st_mode)) {
+      sockets.emplace_back(static_cast<int>(fd), st.st_ino);
+    }
+  }
+  closedir(dir);
+  return sockets;
 }
 
 // A full mesh of gloo pairs over `store`, with errors that say what to check.
@@ -53,6 +79,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
                                    const CommOptions& options)
     : TransportCommunicator(rank, size, options) {
   ignore_sigpipe_unless_handled();
+  const auto before = open_sockets();
   auto device = make_gloo_device(store->endpoint_host(), options);
   const auto config = collectives::AlgorithmConfig::resolve(gloo_algorithm_defaults(), options);
   auto connect_level = [&](const std::shared_ptr<Store>& level_store, int level_rank,
@@ -92,6 +119,24 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
     return connect_level(node_store, local_rank, local_size, group);
   };
   connect(store, connect_level, connect_node);
+  for (const auto& socket : open_sockets()) {
+    if (std::find(before.begin(), before.end(), socket) == before.end()) sockets_.push_back(socket);
+  }
+  AbortNotice::add_waker(this, [this] { wake_blocked_waits(); });
+}
+
+GlooCommunicator::~GlooCommunicator() {
+  AbortNotice::remove_waker(this);
+  shutdown();
+}
+
+void GlooCommunicator::wake_blocked_waits() const {
+  for (const auto& [fd, inode] : sockets_) {
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == inode) {
+      ::shutdown(fd, SHUT_RDWR);
+    }
+  }
 }
 
 }  // namespace ddp::detail
