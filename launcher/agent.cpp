@@ -36,6 +36,11 @@ struct Interrupted {
   int signal;
 };
 
+// The workers regrouped in-process for the store's loss (they wait while it moves).
+bool store_regrouped(const RoundOutcome& outcome) {
+  return outcome.kind == RoundOutcome::Kind::kRegrouped && outcome.root_cause->kind == "store";
+}
+
 std::string make_log_root(const LaunchConfig& config, bool& temporary) {
   temporary = config.log_dir.empty();
   if (!temporary) {
@@ -344,7 +349,7 @@ std::optional<int> Agent::run_round(Supervisor& supervisor, Rendezvous& rendezvo
   }
   RoundOutcome outcome = supervisor.supervise(node, rendezvous);
   note_round_over();
-  if (outcome.kind != RoundOutcome::Kind::kStoreLost) {
+  if (outcome.kind != RoundOutcome::Kind::kStoreLost && !store_regrouped(outcome)) {
     try {  // this node stops beating: it finished or stopped, it is not lost (heartbeat.h)
       rendezvous.beat(node.round, node.group_rank, HeartbeatMonitor::kFinished);
     } catch (const ddp::StoreError&) {
@@ -411,13 +416,15 @@ std::optional<int> Agent::end_round(Rendezvous& rendezvous, const NodeAssignment
   const bool elastic = config_.min_nodes < config_.max_nodes;
   const AfterRound decision =
       decide_after_round(outcome, elastic, node.restarts, config_.max_restarts);
-  if (decision == AfterRound::kStoreLost) {
+  if (decision == AfterRound::kStoreLost || store_regrouped(outcome)) {
     // An elastic group moves its store to a surviving node and goes on (rendezvous.h).
     if (elastic && rendezvous.fail_over(node.restarts)) {
       begin_change("the rendezvous store's host was lost", outcome);
       return std::nullopt;
     }
-    ddp::log::error("the rendezvous store stopped answering: {}", outcome.detail);
+    ddp::log::error("the rendezvous store stopped answering: {}",
+                    outcome.detail.empty() && outcome.root_cause ? outcome.root_cause->message
+                                                                 : outcome.detail);
     return ddp::exit_code::kRendezvous;
   }
   rendezvous.acknowledge_stop(node.round, decision == AfterRound::kLeave);

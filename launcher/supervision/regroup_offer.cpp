@@ -26,12 +26,13 @@ constexpr const char* kPlaceVariables[] = {"RANK",
 }  // namespace
 
 bool regroups_for(const FailureReport& cause) {
-  return cause.kind == "membership" || cause.is_loss();
+  return cause.kind == "membership" || cause.kind == "store" || cause.is_loss();
 }
 
 std::string regroup_notice(const FailureReport& cause) {
+  const bool lost = cause.kind == "lost" || cause.kind == "store";
   const char* kind = cause.kind == "membership" ? "regroup after step: "
-                     : cause.kind == "lost"     ? "regroup: "
+                     : lost                     ? "regroup: "
                                                 : "regroup when stopped: ";
   return kind + cause.headline();
 }

@@ -6,7 +6,7 @@
 // workers all offer to regroup (<DDP_REGROUP_FILE>.able, written by a Trainer built on the
 // library's process group), the round's supervisor does not stop them:
 // 1. it writes a regroup notice into each worker's DDP_ABORT_FILE: "regroup: <cause>" for a lost
-//    node (the step in flight is given up), "regroup after step: <cause>" for a join (every
+//    node or store host (the step in flight is given up), "regroup after step: <cause>" for a join (every
 //    rank stops after the same step), "regroup when stopped: <cause>" for a node that leaves on
 //    a signal (its ranks' stop vote stops every rank after the same step and a checkpoint; the
 //    others then regroup);
@@ -28,7 +28,7 @@ namespace ddprun {
 constexpr auto kRegroupAnswerWithin = std::chrono::seconds(10);
 
 // Whether `cause` may be met by regrouping in-process: a node lost, a node that leaves on a
-// signal, or nodes waiting to join.
+// signal, nodes waiting to join, or the store's host lost (kind "store": the store moves).
 bool regroups_for(const FailureReport& cause);
 
 // The notice's text for `cause` (see the file comment).

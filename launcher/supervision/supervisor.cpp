@@ -334,6 +334,8 @@ class Supervisor::Round {
   void watch_regroup(Clock::time_point now);
   // One log line, then the stop the change would have had without the offer.
   void fall_back(const std::string& why, Clock::time_point now);
+  // The store's loss as a change to regroup for (an elastic job moves its store): kind "store".
+  FailureReport store_lost_report(const std::string& detail) const;
   FailureReport base_report() const;
   // Tells the other nodes; returns the group's first failure as the store holds it.
   FailureReport publish(const FailureReport& mine);
@@ -358,6 +360,7 @@ class Supervisor::Round {
   };
   std::optional<RegroupOffer> regroup_;  // the regroup in flight
   bool regrouped_ = false;               // every worker answered it
+  bool store_gone_ = false;              // regrouping for the store's loss: it is not asked again
   const Clock::time_point started_ = Clock::now();
   Clock::time_point next_step_look_ = started_;
 };
@@ -540,13 +543,20 @@ void Supervisor::Round::look_for_first_step(Clock::time_point now) {
 }
 
 void Supervisor::Round::watch_store(bool any_running) {
-  if (round_.outcome().kind == RoundOutcome::Kind::kStoreLost) return;
+  if (store_gone_ || round_.outcome().kind == RoundOutcome::Kind::kStoreLost) return;
   const auto now = Clock::now();
   try {
     watch_heartbeats(now, any_running);
     if (round_.state() == RoundState::kRunning && any_running) watch_hangs(now);
     if (round_.monitor_due(now, any_running)) watch_group(now);
   } catch (const ddp::StoreError& e) {
+    // (The request may have waited the heartbeat limit: the time is taken again.)
+    if (offer_regroup(store_lost_report(e.what()), Clock::now())) {
+      store_gone_ = true;
+      ddp::log::error("lost the rendezvous store ({}); this node's workers wait in-process",
+                      e.what());
+      return;
+    }
     ddp::log::error("lost the rendezvous store ({}); stopping this node's workers", e.what());
     abort_collectives(e.what());
     round_.store_lost(e.what(), Clock::now());  // the request may have waited the heartbeat limit
@@ -700,9 +710,21 @@ void Supervisor::Round::fall_back(const std::string& why, Clock::time_point now)
   const FailureReport cause = regroup_->cause;
   regroup_.reset();
   ddp::log::warn("regrouping in-process fell back to restarting the workers: {}", why);
-  round_.other_node_failed(cause, now);
-  note_root_cause(cause, now);
+  if (store_gone_) {
+    round_.store_lost(cause.message, now);
+  } else {
+    round_.other_node_failed(cause, now);
+    note_root_cause(cause, now);
+  }
   abort_collectives(cause.headline());  // a plain reason over the notice: the workers end
+}
+
+FailureReport Supervisor::Round::store_lost_report(const std::string& detail) const {
+  FailureReport r = base_report();
+  r.kind = "store";
+  r.exit_code = ddp::exit_code::kRendezvous;
+  r.message = detail;
+  return r;
 }
 
 FailureReport Supervisor::Round::base_report() const {

@@ -80,10 +80,11 @@ BY_DESIGN = [
     ("logs-specs", "exit code", lambda t, d: (t, d) == (1, 64),
      "both refuse; torchrun raises ValueError from its entry-point lookup (1), ddprun refuses "
      "the flag in one line as a configuration error (64)"),
-    ("*", r".*: DDP_(ABORT_FILE|FLIGHT_RECORDER_FILE|TRACE_DIR|LIVE_METRICS_FILE)",
+    ("*", r".*: DDP_(ABORT_FILE|FLIGHT_RECORDER_FILE|TRACE_DIR|LIVE_METRICS_FILE|REGROUP_FILE|"
+          r"REGROUP_WAIT_SEC)",
      lambda t, d: t is None,
-     "ddprun's own variables (the abort notice, the flight recorder, hang traces, the live metrics), "
-     "under its DDP_ prefix"),
+     "ddprun's own variables (the abort notice, the flight recorder, hang traces, the live metrics, "
+     "in-process regrouping), under its DDP_ prefix"),
     ("*", r".*: TORCHELASTIC_SIGNALS_TO_HANDLE",
      lambda t, d: t is None and d == "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
      "--signals-to-handle's list, which torchrun exports from 2.9 on"),

@@ -22,7 +22,11 @@ using detail::AbortNotice;
 constexpr auto kPlacePoll = std::chrono::milliseconds(20);
 constexpr auto kPlaceWait = std::chrono::minutes(15);
 
-std::string regroup_file() { return settings::text(settings::kRegroupFile).value_or(""); }
+// "" where ddprun offers no regrouping (or no ddprun started this process).
+std::string regroup_file() {
+  const auto file = settings::text(settings::kRegroupFile);
+  return file ? *file : std::string();
+}
 
 // The store and communicator of `group.env`'s place.
 void connect(ProcessGroup& group) {

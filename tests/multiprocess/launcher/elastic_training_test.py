@@ -22,7 +22,8 @@
           store_cut_off, store_host_back_early and store_failover_python.
   regroup (--scenarios regroup; 3 pods, --nnodes 2:3, a checkpoint volume per pod): the
           workers regroup in-process (DDPRUN_REGROUP=1, the default) when pod 2 vanishes and
-          when it comes back, and when pod 0, the store's host, is deleted and recreated;
+          when it comes back, and when pod 0, the store's host, is deleted (or killed) and
+          recreated;
           nothing is read from a checkpoint. See regroup_in_process and
           regroup_store_host_deleted.
 Every other scenario runs with DDPRUN_REGROUP=0: they test the restart path, the one Python
@@ -404,51 +405,63 @@ def store_host_back_early(start, work):
               f"exit codes {codes}: {run[1].output()[-400:]}")
 
 
-def regroup_store_host_deleted(start, work, fixed, tolerance):
+def regroup_store_host_deleted(start, work, fixed, tolerance, kill=False):
     """regroup (pod 0 deleted): 3 pods, a checkpoint volume each; pod 0, the store's host, is
     deleted mid-epoch (SIGTERM to its agent, then its namespace removed). Its trainer's stop vote
     stops every rank after the same step; pod 0 leaves with 75, and pods 1 and 2 move the store
-    and regroup in-process as 2 ranks, from memory. Pod 0 is recreated with an empty volume: it
-    finds the moved store, and the 3 regroup in-process again, its rank taking the state from
-    pod 1's memory. Nothing is read from a checkpoint on pods 1 and 2."""
+    and regroup in-process as 2 ranks, from memory. `kill`: pod 0's processes are SIGKILLed
+    instead (its connections close, nothing is said): pods 1 and 2 lose the store, their workers
+    give up the step and wait in-process while the store moves. Either way pod 0 is then
+    recreated with an empty volume: it finds the moved store, and the 3 regroup in-process
+    again, its rank taking the state from a peer's memory. Nothing is read from a checkpoint on
+    pods 1 and 2."""
+    name = "regroup (pod 0 killed)" if kill else "regroup (pod 0 deleted)"
+    slug = "regroup-killed" if kill else "regroup-deleted"
     with Pods(3) as pods:
-        ckpt = os.path.join(work, "regroup-deleted")
+        ckpt = os.path.join(work, slug)
         conf = ",store_peers=" + ";".join(pods.ip(i) for i in range(3))
-        run = [start(pods, i, f"regroup-deleted-pod{i}", f"{ckpt}/pod{i}", "2:3", last_call=600,
+        run = [start(pods, i, f"{slug}-pod{i}", f"{ckpt}/pod{i}", "2:3", last_call=600,
                      conf=conf, regroup=True) for i in range(3)]
         together = run[0].wait_for(r"epoch 1/3 step 20/", 240)
-        check("regroup (pod 0 deleted): 3 pods train as one group", together, run[0].output()[-300:])
-        os.killpg(run[0].proc.pid, signal.SIGTERM)  # the kubelet deleting pod 0
-        left = run[0].wait(60)
-        pods.delete(0)
+        check(f"{name}: 3 pods train as one group", together, run[0].output()[-300:])
+        if kill:
+            pods.delete(0)  # every process of pod 0 SIGKILLed, then its namespace removed
+            left = 75
+        else:
+            os.killpg(run[0].proc.pid, signal.SIGTERM)  # the kubelet deleting pod 0
+            left = run[0].wait(60)
+            pods.delete(0)
+        cause = r"the rendezvous store's host was lost" if kill else r"ddprun on node 0 \(pod-0\) received SIGTERM"
         shrunk = run[1].wait_for(r"regrouped in-process into 2 ranks", 120) and \
-            run[1].wait_for(r"membership change \(ddprun on node 0 \(pod-0\).*first step \+[\d.]+ s", 60)
+            run[1].wait_for(r"membership change \(" + cause + r".*first step \+[\d.]+ s", 60)
         out1 = run[1].output()
-        check("regroup (pod 0 deleted): pod 0 leaves with 75; pods 1 and 2 move the store and regroup "
-              "in-process as 2 ranks, from memory",
+        offered = (r"lost the rendezvous store \(.*\); this node's workers wait in-process" if kill else
+                   r"regrouping this node's workers in-process for the next round: ddprun on node 0 "
+                   r"\(pod-0\) received SIGTERM")
+        check(f"{name}: " + ("" if kill else "pod 0 leaves with 75; ") + "pods 1 and 2 move the store and "
+              "regroup in-process as 2 ranks, from memory",
               left == 75 and shrunk and "the rendezvous store moved to node" in out1
-              and re.search(r"regrouping this node's workers in-process for the next round: ddprun on node 0 "
-                            r"\(pod-0\) received SIGTERM", out1) is not None
+              and re.search(offered, out1) is not None
               and re.search(r"the state of step \d+ came from rank \d's memory", out1) is not None,
               f"exit {left}: " + " | ".join(l for l in out1.splitlines() if "regroup" in l or "round" in l)[-900:])
-        check_timeline("regroup (pod 0 deleted)", out1, r"node 0 \(pod-0\)", 1, 2, in_process=True)
+        check_timeline(name, out1, cause, 1, 2, in_process=True)
         pods.create(0)
-        again = start(pods, 0, "regroup-deleted-pod0-again", f"{ckpt}/pod0-again", "2:3", last_call=600,
+        again = start(pods, 0, f"{slug}-pod0-again", f"{ckpt}/pod0-again", "2:3", last_call=600,
                       conf=conf, regroup=True)
         codes = [again.wait(400), run[1].wait(120), run[2].wait(120)]
         out0, out1 = again.output(), run[1].output()
         everyone = out0 + out1 + run[2].output()
-        check("regroup (pod 0 deleted): the recreated pod 0 finds the moved store, the 3 regroup "
-              "in-process, its rank taking the state from a peer's memory, and all finish",
+        check(f"{name}: the recreated pod 0 finds the moved store, the 3 regroup in-process, its rank "
+              "taking the state from a peer's memory, and all finish",
               codes == [0, 0, 0] and f"the job's rendezvous store moved to {pods.ip(1)}:29400" in out0
               and re.search(r"regrouped in-process into 3 ranks: the state of step \d+ came from rank \d's "
                             r"memory", everyone) is not None,
               f"exit codes {codes}: {out0[-600:]}")
-        check("regroup (pod 0 deleted): pods 1 and 2 read nothing from a checkpoint, nor restarted",
+        check(f"{name}: pods 1 and 2 read nothing from a checkpoint, nor restarted",
               all(re.search(r"resumed from \S*checkpoint-", a.output()) is None
                   and "restarting the group" not in a.output() for a in run[1:]), out1[-400:])
         grown = accuracy(everyone)
-        check(f"regroup (pod 0 deleted): test accuracy within {tolerance} pt of the fixed runs' span",
+        check(f"{name}: test accuracy within {tolerance} pt of the fixed runs' span",
               within_span(grown, fixed, tolerance, (2, 3)),
               f"{grown} % against the fixed 2-pod run's {fixed.get(2)} % and 3-pod run's {fixed.get(3)} %")
 
@@ -739,7 +752,8 @@ def main():
             store_host_back_early(start, work)
         if "regroup" in scenarios:
             regroup_in_process(start, work, fixed, args.tolerance)
-            regroup_store_host_deleted(start, work, fixed, args.tolerance)
+            for kill in (False, True):
+                regroup_store_host_deleted(start, work, fixed, args.tolerance, kill)
     finally:
         for a in agents:
             a.close()

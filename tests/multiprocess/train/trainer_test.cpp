@@ -465,7 +465,8 @@ std::string place(int rank, int world, int port, int round) {
 }
 
 // A worker's environment as ddprun gives it (a place, and the two files), set in the child.
-void set_worker_env(const testing::TempDir& dir, int worker, const std::string& where) {
+void set_worker_env(const testing::TempDir& dir, int worker, const std::string& where,
+                    int timeout_sec) {
   std::istringstream lines(where);
   for (std::string line; std::getline(lines, line);) {
     const auto eq = line.find('=');
@@ -474,13 +475,15 @@ void set_worker_env(const testing::TempDir& dir, int worker, const std::string& 
   setenv("DDP_ABORT_FILE", worker_file(dir, "abort", worker).c_str(), 1);
   setenv("DDP_REGROUP_FILE", worker_file(dir, "regroup", worker).c_str(), 1);
   setenv("DDP_REGROUP_WAIT_SEC", "0", 1);
-  setenv("DDP_TIMEOUT_SEC", "60", 1);
+  setenv("DDP_TIMEOUT_SEC", std::to_string(timeout_sec).c_str(), 1);
   setenv("DDP_TEST_STEP_DELAY_MS", "100", 1);  // ~1.2 s per epoch: the notice comes mid-run
 }
 
 // A worker at `where` joins its group.
-ProcessGroup start_worker(const testing::TempDir& dir, int worker, const std::string& where) {
-  set_worker_env(dir, worker, where);
+// `timeout_sec`: the collectives' (DDP_TIMEOUT_SEC).
+ProcessGroup start_worker(const testing::TempDir& dir, int worker, const std::string& where,
+                          int timeout_sec = 60) {
+  set_worker_env(dir, worker, where, timeout_sec);
   torch::set_num_threads(1);
   return init_process_group();
 }
@@ -583,7 +586,8 @@ TEST(Regroup, AVanishedPeerWakesTheSurvivorFromGlooAndEachSampleIsTrainedOnce) {
   // otherwise last the 60 s op timeout). Rank 0 goes on alone from the last step it applied:
   // the epoch's remaining positions, so 24 - k steps in all when the regroup came after step k.
   // Rank 1 then wakes up (SIGCONT) as a stale worker of the old world: it reaches nothing of
-  // the new one (a store round and connections of its own) and fails on its own.
+  // the new one (a store round and connections of its own) and fails on its own, at once on a
+  // closed connection or at its op timeout.
   testing::TempDir dir;
   testing::TestStoreServer server;
   const int port = server.port();
@@ -602,7 +606,9 @@ TEST(Regroup, AVanishedPeerWakesTheSurvivorFromGlooAndEachSampleIsTrainedOnce) {
       kill(pid, SIGCONT);
       return;
     }
-    ProcessGroup group = start_worker(dir, who, place(who, 2, port, 3000));
+    // (The stale rank 1 fails at its op timeout at worst: a send of the old world may wait for
+    // a receive that never comes.)
+    ProcessGroup group = start_worker(dir, who, place(who, 2, port, 3000), /*timeout_sec=*/15);
     auto model = models::create_model(kSpec, 11);
     const TrainResult r =
         Trainer(group, model, synthetic(96, 1), synthetic(40, 2), regroup_options()).fit();
@@ -616,6 +622,37 @@ TEST(Regroup, AVanishedPeerWakesTheSurvivorFromGlooAndEachSampleIsTrainedOnce) {
   EXPECT_EQ(outcomes[2].exit_code, 0) << testing::describe(outcomes[2]);
   // The stale rank: its old world's collective failed, and no notice came for it.
   EXPECT_EQ(outcomes[1].exit_code, 1) << testing::describe(outcomes[1]);
+}
+
+TEST(Regroup, AKilledPeersClosedConnectionsMakeTheSurvivorWaitForTheNoticeNotFail) {
+  // Rank 1 is SIGKILLed: its connections close, and rank 0's collective fails at once, before
+  // any agent knows (ddprun declares the node lost at its heartbeat limit). Rank 0 waits for the
+  // notice (DDP_REGROUP_WAIT_SEC) instead of failing, and regroups when it comes, 2 s later.
+  testing::TempDir dir;
+  testing::TestStoreServer server;
+  const int port = server.port();
+  auto outcomes = testing::run_ranks(3, kRegroupDeadline, [&](int who) {
+    if (who == 2) {
+      for (int w : {0, 1}) wait_for(worker_file(dir, "regroup", w) + ".able");
+      std::this_thread::sleep_for(500ms);
+      std::ifstream able(worker_file(dir, "regroup", 1) + ".able");
+      pid_t pid = 0;
+      able >> pid;
+      require(pid > 0 && kill(pid, SIGKILL) == 0, "could not kill rank 1");
+      std::this_thread::sleep_for(2s);  // the heartbeat limit, shortened
+      agent_regroups(dir, {0}, "regroup: node 1 was lost", {place(0, 1, port, 4001)});
+      return;
+    }
+    ProcessGroup group = start_worker(dir, who, place(who, 2, port, 4000));
+    setenv("DDP_REGROUP_WAIT_SEC", "20", 1);  // over set_worker_env's 0: this test waits
+    auto model = models::create_model(kSpec, 11);
+    const TrainResult r =
+        Trainer(group, model, synthetic(96, 1), synthetic(40, 2), regroup_options()).fit();
+    require(r.regroups == 1 && group.env.world_size == 1, "rank 0 regrouped alone");
+    require(r.regrouped_at.size() == 1 && r.global_step == 24 - r.regrouped_at[0],
+            fmt::format("ended at step {}", r.global_step));
+  });
+  EXPECT_TRUE(testing::only_victim_was_killed(outcomes, 1));
 }
 
 }  // namespace
