@@ -501,6 +501,17 @@ void agent_regroups(const testing::TempDir& dir, const std::vector<int>& workers
   }
 }
 
+// Once both ranks train, rank 1's process (its pid from its offer) gets `sig`; returns the pid.
+pid_t signal_rank_one_mid_run(const testing::TempDir& dir, int sig) {
+  for (int w : {0, 1}) wait_for(worker_file(dir, "regroup", w) + ".able");
+  std::this_thread::sleep_for(500ms);
+  std::ifstream able(worker_file(dir, "regroup", 1) + ".able");
+  pid_t pid = 0;
+  able >> pid;
+  require(pid > 0 && kill(pid, sig) == 0, "could not signal rank 1");
+  return pid;
+}
+
 TrainerOptions regroup_options() {
   TrainerOptions o = small_options("");
   o.data.transform.random_crop_flip = false;
@@ -593,12 +604,7 @@ TEST(Regroup, AVanishedPeerWakesTheSurvivorFromGlooAndEachSampleIsTrainedOnce) {
   const int port = server.port();
   auto outcomes = testing::run_ranks(3, kRegroupDeadline, [&](int who) {
     if (who == 2) {
-      for (int w : {0, 1}) wait_for(worker_file(dir, "regroup", w) + ".able");
-      std::this_thread::sleep_for(500ms);
-      std::ifstream able(worker_file(dir, "regroup", 1) + ".able");
-      pid_t pid = 0;
-      able >> pid;
-      require(pid > 0 && kill(pid, SIGSTOP) == 0, "could not freeze rank 1");
+      const pid_t pid = signal_rank_one_mid_run(dir, SIGSTOP);
       std::this_thread::sleep_for(300ms);  // rank 0 is blocked in its next collective
       const auto notice_at = std::chrono::steady_clock::now();
       agent_regroups(dir, {0}, "regroup: node 1 was lost", {place(0, 1, port, 3001)});
@@ -633,12 +639,7 @@ TEST(Regroup, AKilledPeersClosedConnectionsMakeTheSurvivorWaitForTheNoticeNotFai
   const int port = server.port();
   auto outcomes = testing::run_ranks(3, kRegroupDeadline, [&](int who) {
     if (who == 2) {
-      for (int w : {0, 1}) wait_for(worker_file(dir, "regroup", w) + ".able");
-      std::this_thread::sleep_for(500ms);
-      std::ifstream able(worker_file(dir, "regroup", 1) + ".able");
-      pid_t pid = 0;
-      able >> pid;
-      require(pid > 0 && kill(pid, SIGKILL) == 0, "could not kill rank 1");
+      signal_rank_one_mid_run(dir, SIGKILL);
       std::this_thread::sleep_for(2s);  // the heartbeat limit, shortened
       agent_regroups(dir, {0}, "regroup: node 1 was lost", {place(0, 1, port, 4001)});
       return;
