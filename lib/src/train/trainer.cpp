@@ -1123,7 +1123,12 @@ TrainResult Trainer::fit_regrouping() {
     const bool last_words = carried && run->writes_checkpoints();
     run.reset();
     if (last_words) carry_as_last_words(*carried, options_);
-    group.regroup();
+    try {
+      group.regroup();
+    } catch (...) {
+      ddp::detail::AbortNotice::say_last_words();  // a restart then resumes from this state
+      throw;
+    }
     ddp::detail::AbortNotice::set_last_words(nullptr);
     ++before.regroups;
   }
