@@ -155,6 +155,15 @@ void Supervisor::offer_regroup_to(Worker& w, const std::string& dir, EnvMap& env
   }
 }
 
+void Supervisor::report_started(const NodeAssignment& node) {
+  if (board_ == nullptr) return;
+  std::vector<WorkerView> views;
+  for (const Worker& w : workers_) {
+    views.push_back({w.rank, w.local_rank, WorkerRunState::kRunning, w.live_file});
+  }
+  board_->workers_started(node.group_rank, node.round, std::move(views));
+}
+
 void Supervisor::discard() {
   workers_.clear();  // each WorkerProcess kills its group and reaps it
   started_.reset();
@@ -177,13 +186,7 @@ void Supervisor::place(const NodeAssignment& node, const WorkerStore& store) {
   }
   started_ = node;
   awaiting_place_ = false;
-  if (board_ != nullptr) {
-    std::vector<WorkerView> views;
-    for (const Worker& w : workers_) {
-      views.push_back({w.rank, w.local_rank, WorkerRunState::kRunning, w.live_file});
-    }
-    board_->workers_started(node.group_rank, node.round, std::move(views));
-  }
+  report_started(node);
 }
 
 // The round's files of --duplicate-std{out,err}-filters, none for a stream without filters.
@@ -273,13 +276,7 @@ void Supervisor::start(const NodeAssignment& node, const WorkerStore& store) {
     workers_.push_back(std::move(w));
   }
   started_ = node;
-  if (board_ != nullptr) {
-    std::vector<WorkerView> views;
-    for (const Worker& w : workers_) {
-      views.push_back({w.rank, w.local_rank, WorkerRunState::kRunning, w.live_file});
-    }
-    board_->workers_started(node.group_rank, node.round, std::move(views));
-  }
+  report_started(node);
 }
 
 // One supervised round: its state, and one method per event source (the workers' pipes and
@@ -327,6 +324,8 @@ class Supervisor::Round {
   void note_root_cause(const FailureReport& root, Clock::time_point now);
   void act(RoundAction action);
   void abort_collectives(const std::string& reason);
+  // Writes `text` into every worker's DDP_ABORT_FILE at once (a rename): a reason or a notice.
+  void write_abort_files(const std::string& text);
   // In-process regrouping (regroup_offer.h): for a membership change whose workers all offer
   // it, the notice goes out instead of the stop; true when it did (or one is in flight).
   bool offer_regroup(const FailureReport& cause, Clock::time_point now);
@@ -649,9 +648,13 @@ void Supervisor::Round::abort_collectives(const std::string& reason) {
   // the store's host gone so): their collectives give up now rather than at their timeout.
   if (aborted_) return;
   aborted_ = true;
-  for (auto& w : s_.workers_) {
+  write_abort_files(reason);
+}
+
+void Supervisor::Round::write_abort_files(const std::string& text) {
+  for (const Worker& w : s_.workers_) {
     const std::string partial = w.abort_file + ".partial";
-    std::ofstream(partial) << reason << "\n";
+    std::ofstream(partial) << text << "\n";
     std::error_code ignored;
     std::filesystem::rename(partial, w.abort_file, ignored);
   }
@@ -670,13 +673,7 @@ bool Supervisor::Round::offer_regroup(const FailureReport& cause, Clock::time_po
       return false;
     }
   }
-  const std::string notice = regroup_notice(cause);
-  for (const Worker& w : s_.workers_) {
-    const std::string partial = w.abort_file + ".partial";
-    std::ofstream(partial) << notice << "\n";
-    std::error_code ignored;
-    std::filesystem::rename(partial, w.abort_file, ignored);
-  }
+  write_abort_files(regroup_notice(cause));
   regroup_.emplace(RegroupOffer{cause, now});
   ddp::log::info("regrouping this node's workers in-process for the next round: {}",
                  cause.headline());

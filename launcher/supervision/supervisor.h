@@ -88,6 +88,8 @@ class Supervisor {
   // An elastic job's worker gets DDP_REGROUP_FILE in `dir` (regroup_offer.h), unless
   // DDPRUN_REGROUP=0, and DDP_REGROUP_WAIT_SEC.
   void offer_regroup_to(Worker& w, const std::string& dir, EnvMap& env) const;
+  // Tells the metrics board (--metrics-port) that the workers run for `node`.
+  void report_started(const NodeAssignment& node);
   void open_outputs(Worker& w, const std::string& dir, const FilteredCopies& copies) const;
   // The round's file-timer watchdog, when TORCHELASTIC_ENABLE_FILE_TIMER=1; the pipe's path for
   // the workers ("" for none).
